@@ -1,0 +1,199 @@
+#!/usr/bin/python
+# Copyright: vllm-fleet contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+DOCUMENTATION = r"""
+---
+module: vllm_cutover
+short_description: Switch the active vLLM model service with health gates and automatic rollback
+description:
+  - Makes O(model) the active model on the host. The model serving now (blue) comes from the
+    deployment record O(state_file); the model asked for is green.
+  - V(sequential) stops blue before green starts (the GPUs cannot hold both);
+    V(parallel) starts green beside blue and stops blue only after green passed its health gate.
+  - The health gate is C(GET /health) 200, C(GET /v1/models) listing O(served_model_name), and one
+    completion returning at least one token, polled until O(startup_timeout). A green unit that
+    exits or is restarted by systemd fails the gate at once.
+  - On any failure before the switch, green is stopped, blue is started again if it was stopped
+    and gated healthy, and the module fails with C(rolled_back=true), the reason and green's
+    journal lines.
+  - Re-running with the active model, running and unchanged, changes nothing.
+version_added: 0.1.0
+options:
+  model:
+    description: Catalog name of the model to make active (green).
+    type: str
+    required: true
+  unit:
+    description: Green's systemd unit, for example C(vllm-tiny_gqa.service).
+    type: str
+    required: true
+  url:
+    description: Green's own base URL, for example C(http://127.0.0.1:8001).
+    type: str
+    required: true
+  served_model_name:
+    description: The model name green must list on C(/v1/models).
+    type: str
+    required: true
+  port:
+    description: Green's TCP port; checked free before green starts.
+    type: int
+    required: true
+  startup_timeout:
+    description: Seconds green may take to pass its health gate (Kimi-K2.5 class models need 45 min or more).
+    type: int
+    default: 900
+  strategy:
+    description: How blue and green overlap.
+    type: str
+    choices: [sequential, parallel]
+    default: sequential
+  restart:
+    description: Green's unit or files changed; restart green when it is already the active model.
+    type: bool
+    default: false
+  health_interval:
+    description: Seconds between health probes.
+    type: float
+    default: 2.0
+  smoke_prompt:
+    description: Prompt of the one completion the gate asks for.
+    type: str
+    default: Hello
+  journal_lines:
+    description: How many of green's journal lines a failure returns.
+    type: int
+    default: 40
+  record:
+    description: Extra fields written to the deployment record for green (repo_id, revision, ...).
+    type: dict
+    default: {}
+  state_file:
+    description: The deployment record, a local fact file (read back as C(ansible_local.vllm_fleet)).
+    type: path
+    default: /etc/ansible/facts.d/vllm_fleet.fact
+attributes:
+  check_mode:
+    support: full
+    description: Reports the plan (action, blue, green) and touches nothing.
+  diff_mode:
+    support: full
+    description: Shows the active model before and after.
+notes:
+  - The record holds the active model, its unit, port, URL, revision and start time, the previous
+    model, and a short history; C(playbooks/rollback.yml) switches back to the previous model.
+author:
+  - vllm-fleet contributors
+"""
+
+EXAMPLES = r"""
+- name: Switch to MiniMax-M2.5 (blue is stopped first; the GPUs cannot hold both)
+  vllm_fleet.fleet.vllm_cutover:
+    model: minimax_m25
+    unit: vllm-minimax_m25.service
+    url: http://127.0.0.1:8101
+    served_model_name: minimax-m2.5
+    port: 8101
+    startup_timeout: 1800
+    strategy: sequential
+    record:
+      repo_id: MiniMaxAI/MiniMax-M2.5
+      revision: 0123456789abcdef0123456789abcdef01234567
+"""
+
+RETURN = r"""
+action:
+  description: What was (or in check mode would be) done - none, record, start, restart or switch.
+  returned: always
+  type: str
+active_before:
+  description: The active model before the run (null on a first deploy).
+  returned: always
+  type: str
+active_after:
+  description: The active model after the run (blue again after a rollback).
+  returned: always
+  type: str
+rolled_back:
+  description: Whether a failed green was undone and blue restored.
+  returned: always
+  type: bool
+phases:
+  description: Seconds each phase took (preflight, stop_blue, start_green, rollback).
+  returned: always
+  type: dict
+time_to_healthy_s:
+  description: Seconds from starting green until it passed its health gate.
+  returned: when green passed its gate
+  type: float
+green_health:
+  description: The gate's outcome for green (ok, seconds, stage, detail, attempts).
+  returned: when green was started
+  type: dict
+journal:
+  description: Green's journal lines after a failure.
+  returned: on failure
+  type: list
+  elements: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.cutover import (
+    Cutover,
+    CutoverError,
+    load_record,
+)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "model": {"type": "str", "required": True},
+            "unit": {"type": "str", "required": True},
+            "url": {"type": "str", "required": True},
+            "served_model_name": {"type": "str", "required": True},
+            "port": {"type": "int", "required": True},
+            "startup_timeout": {"type": "int", "default": 900},
+            "strategy": {"type": "str", "choices": ["sequential", "parallel"],
+                         "default": "sequential"},
+            "restart": {"type": "bool", "default": False},
+            "health_interval": {"type": "float", "default": 2.0},
+            "smoke_prompt": {"type": "str", "default": "Hello"},
+            "journal_lines": {"type": "int", "default": 40},
+            "record": {"type": "dict", "default": {}},
+            "state_file": {"type": "path", "default": "/etc/ansible/facts.d/vllm_fleet.fact"},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    green = dict(p["record"])
+    green.update({
+        "model": p["model"], "unit": p["unit"], "url": p["url"], "port": p["port"],
+        "served_model_name": p["served_model_name"], "startup_timeout_s": p["startup_timeout"],
+    })
+
+    def run_command(argv):
+        return module.run_command(argv)
+
+    try:
+        record = load_record(p["state_file"])
+        cutover = Cutover(run_command, green, p["state_file"], strategy=p["strategy"],
+                          restart=p["restart"], health_interval=p["health_interval"],
+                          smoke_prompt=p["smoke_prompt"], journal_lines=p["journal_lines"])
+        result = cutover.run_plan(record, check_mode=module.check_mode)
+    except CutoverError as exc:
+        fields = dict(exc.fields)
+        fields.pop("changed", None)
+        module.fail_json(msg=exc.msg, changed=bool(fields.get("phases")), **fields)
+    if module._diff:
+        result["diff"] = {
+            "before": f"active model: {result['active_before']}\n",
+            "after": f"active model: {result['active_after']}\n",
+        }
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
