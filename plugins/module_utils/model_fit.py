@@ -682,6 +682,14 @@ def _kv_heads(fit):
     return text
 
 
+def _verdict_cell(fit):
+    if fit["gpus_needed"] > fit["gpus_available"]:
+        return f"DOES NOT FIT (needs {fit['gpus_needed']} GPUs)"
+    margin = fit["margin_bytes_per_gpu"]
+    word = "fits" if fit["fits"] else "DOES NOT FIT"
+    return f"{word} ({'+' if margin >= 0 else '-'}{_gib(abs(margin))}/GPU)"
+
+
 ROWS = (
     ("architecture", lambda f: f["architecture"]),
     ("attention", lambda f: f["attention"]["kind"]),
@@ -705,9 +713,7 @@ ROWS = (
     ("max_model_len", lambda f: f"{f['max_model_len']:,}"),
     ("max-len requests", lambda f: f"{f['max_len_requests_at_once']} "
      f"({f['max_concurrency']:.2f}x)"),
-    ("verdict", lambda f: ("fits" if f["fits"] else "DOES NOT FIT")
-     + f" ({'+' if f['margin_bytes_per_gpu'] >= 0 else '-'}"
-     f"{_gib(abs(f['margin_bytes_per_gpu']))}/GPU)"),
+    ("verdict", _verdict_cell),
 )
 
 
@@ -729,7 +735,7 @@ def render_table(fits, names=None, title=None):
     if title:
         lines.append(title)
     header = [n.ljust(w) for n, w in zip(names, widths, strict=True)]
-    lines.append(" | ".join([" " * label_width, *header]))
+    lines.append(" | ".join([" " * label_width, *header]).rstrip())
     lines.append("-+-".join(["-" * label_width] + ["-" * w for w in widths]))
     for i, (label, _) in enumerate(ROWS):
         cells = [col[i].ljust(w) for col, w in zip(columns, widths, strict=True)]

@@ -380,3 +380,11 @@ def test_table_lines(minimax, kimi_nvfp4):
     assert "31,744" in row
     assert any(line.startswith("kimi_k25_nvfp4: WARNING MLA with tensor parallel 8")
                for line in lines)
+
+
+def test_table_says_too_few_gpus(kimi_int4):
+    gpu = dict(RTX_PRO_6000, count=2)
+    lines = mf.render_table({"kimi_k25_int4": mf.model_fit(
+        kimi_int4, serve=KIMI_TP8, gpu=gpu, weight_bytes=595_000_000_000)})
+    verdict = next(line for line in lines if line.startswith("verdict"))
+    assert verdict.endswith("DOES NOT FIT (needs 8 GPUs)")
