@@ -1,0 +1,124 @@
+# Copyright 2026 vllm-fleet contributors
+# Apache License 2.0 (see galaxy.yml)
+"""The model_fit module: arguments in, exit_json/fail_json out, check mode."""
+
+import json
+
+import pytest
+from ansible.module_utils import basic
+from ansible.module_utils.common.text.converters import to_bytes
+from ansible_collections.vllm_fleet.fleet.plugins.modules import model_fit as module
+from conftest import FIXTURES
+
+GPU = {"count": 8, "memory_total_bytes": 102_641_958_912, "compute_capability": "12.0",
+       "interconnect": "pcie"}
+
+
+class ExitJsonError(Exception):
+    pass
+
+
+class FailJsonError(Exception):
+    pass
+
+
+def _exit_json(_self, **kwargs):
+    raise ExitJsonError(kwargs)
+
+
+def _fail_json(_self, **kwargs):
+    kwargs["failed"] = True
+    raise FailJsonError(kwargs)
+
+
+@pytest.fixture(autouse=True)
+def _patch(monkeypatch):
+    monkeypatch.setattr(basic.AnsibleModule, "exit_json", _exit_json)
+    monkeypatch.setattr(basic.AnsibleModule, "fail_json", _fail_json)
+
+
+def run(monkeypatch, args, check_mode=False):
+    args = dict(args, _ansible_check_mode=check_mode)
+    monkeypatch.setattr(basic, "_ANSIBLE_ARGS", to_bytes(json.dumps({"ANSIBLE_MODULE_ARGS": args})))
+    monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy", raising=False)
+    with pytest.raises((ExitJsonError, FailJsonError)) as info:
+        module.main()
+    return info.value.args[0]
+
+
+def minimax():
+    return json.loads((FIXTURES / "models" / "MiniMaxAI--MiniMax-M2.5.config.json").read_text())
+
+
+def kimi():
+    return json.loads((FIXTURES / "models" / "moonshotai--Kimi-K2.5.config.json").read_text())
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_reports_minimax_tp8_ep_unchanged(monkeypatch, check_mode):
+    result = run(monkeypatch, {
+        "config": minimax(),
+        "serve": {"tensor_parallel_size": 8, "enable_expert_parallel": True,
+                  "max_model_len": 196608, "gpu_memory_utilization": 0.92},
+        "weight_bytes": 230_000_000_000,
+        "gpu": GPU,
+    }, check_mode=check_mode)
+    assert result["changed"] is False
+    fit = result["fit"]
+    # 62 layers x 1 KV head x 128 x 2 x 2 bytes
+    assert fit["kv_bytes_per_token_per_gpu"] == 31_744
+    # (94,430,602,199 - 28,750,000,000 - 9,663,676,416) // 8,192 // 62 = 110,290 blocks
+    assert fit["kv_cache_tokens"] == 1_764_640
+    assert fit["fits"] is True
+
+
+def test_weights_from_safetensors_index(monkeypatch):
+    result = run(monkeypatch, {
+        "config": minimax(),
+        "serve": {"tensor_parallel_size": 4, "max_model_len": 4096},
+        "safetensors_index": {"metadata": {"total_size": 228_000_000_000}},
+        "gpu": GPU,
+    })
+    # 228,000,000,000 / 4
+    assert result["fit"]["weights_bytes_per_gpu"] == 57_000_000_000
+
+
+def test_predicts_vllm_log(monkeypatch):
+    result = run(monkeypatch, {
+        "config": minimax(),
+        "serve": {"tensor_parallel_size": 4, "max_model_len": 196608},
+        "weight_bytes": 230_000_000_000,
+        "gpu": GPU,
+        "available_kv_bytes": 25_361_781_882,  # 23.62 GiB
+    })
+    # 25,361,781,882 // 16,384 // 62 = 24,967 blocks x 16
+    assert result["fit"]["predicted_vllm_kv_cache_tokens"] == 399_472
+
+
+def test_fail_on_no_fit_names_wanted_and_found(monkeypatch):
+    result = run(monkeypatch, {
+        "config": kimi(),
+        "serve": {"tensor_parallel_size": 4, "max_model_len": 131072,
+                  "gpu_memory_utilization": 0.92},
+        "weight_bytes": 595_000_000_000,
+        "gpu": dict(GPU, count=4),
+        "fail_on_no_fit": True,
+    })
+    assert result["failed"] is True
+    # one request: 8,192 blocks x 18,432 B x 61 layers = 9,210,691,584 bytes per GPU
+    assert "9210691584 KV bytes per GPU" in result["msg"]
+    assert "KV budget of -63983074217 bytes per GPU" in result["msg"]
+    assert result["fit"]["fits"] is False
+
+
+def test_bad_config_fails_cleanly(monkeypatch):
+    result = run(monkeypatch, {"config": {"model_type": "x"}, "weight_bytes": 1, "gpu": GPU})
+    assert result["failed"] is True
+    assert result["msg"].startswith("Cannot evaluate the model's fit: config.json needs "
+                                    "num_hidden_layers")
+
+
+def test_weight_source_is_required(monkeypatch):
+    result = run(monkeypatch, {"config": minimax(), "gpu": GPU})
+    assert result["failed"] is True
+    assert "weight_bytes" in result["msg"]
