@@ -102,3 +102,20 @@ def hub(_hub_session):
     _hub_session.reset()
     yield _hub_session
     _hub_session.reset()
+
+
+@pytest.fixture
+def download(hub):
+    """Run HfDownloader against the test server with fast backoff; returns the result dict."""
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.hf_download import (  # noqa: PLC0415
+        HfDownloader,
+    )
+
+    def _run(repo_id, local_dir, **kw):
+        kw.setdefault("endpoint", hub.url)
+        kw.setdefault("margin_bytes", 0)
+        kw.setdefault("backoff", 0.01)
+        kw.setdefault("max_workers", 4)
+        return HfDownloader(repo_id=repo_id, local_dir=str(local_dir), **kw).run()
+
+    return _run
