@@ -57,3 +57,21 @@ def check_space(path, need_bytes, margin_bytes=0, margin_ratio=0.0, statvfs=os.s
         "fits": fits,
         "msg": msg,
     }
+
+
+existing_ancestor = existing_parent
+
+
+def same_filesystem(a, b):
+    """True when both paths (or their nearest existing parents) live on one device."""
+    try:
+        return os.stat(existing_parent(a)).st_dev == os.stat(existing_parent(b)).st_dev
+    except OSError:
+        return False
+
+
+def check(path, need_bytes, margin_bytes=0, statvfs=os.statvfs):
+    """check_space() in the shape hf_download uses: need_bytes includes the margin, `ok`."""
+    result = check_space(path, need_bytes, margin_bytes=margin_bytes, statvfs=statvfs)
+    return {"path": path, "need_bytes": result["required_bytes"],
+            "free_bytes": result["free_bytes"], "ok": result["fits"], "msg": result["msg"]}

@@ -1,0 +1,652 @@
+"""A small Hugging Face Hub-compatible HTTP server for the lab and the tests.
+
+LAB / TEST FIXTURE, NOT PRODUCT CODE. It serves model repositories laid out
+as plain directories, ``<root>/<org>/<name>/<files...>``, with just enough of
+the Hub's HTTP API for huggingface_hub 2.4 (snapshot_download,
+hf_hub_download, model_info(files_metadata=True), list_repo_tree,
+get_paths_info, HfApi.verify_repo_checksums) and for our own byte-range
+downloader (plugins/module_utils/hf_download.py):
+
+  GET  /api/models/{repo}[/revision/{rev}][?blobs=true]
+  GET  /api/models/{repo}/tree/{rev}[/{path}][?recursive=true]
+  POST /api/models/{repo}/paths-info/{rev}          (form or JSON "paths")
+  HEAD/GET /{repo}/resolve/{rev}/{path}             (HTTP Range, 206/416)
+
+Revisions: ``main``, the repo's commit sha (sha1 over the sorted
+(path, oid) pairs, so it changes when any file changes) and any tag listed
+one per line in ``<repo>/.tags``. Files of 1 MiB or more and ``*.safetensors``
+are "LFS": their ETag is the content sha256 and tree entries carry
+``lfs: {oid, size, pointerSize}``; other files carry the git blob id.
+A ``.gated`` file in a repo makes file downloads answer 401 GatedRepo unless
+an ``Authorization: Bearer <token>`` header is sent (if ``.gated`` holds a
+token, only that token is accepted; another gets 403).
+
+Fault injection (CLI flags, ``HUB_SERVER_FAULTS`` JSON in the environment,
+or ``POST /_faults`` with a JSON body; ``GET /_faults`` reads them back):
+
+  throttle_bps   int    body bytes per second per response (0 = unlimited)
+  fail_file      {glob: {"count": N, "status": 503}}  N = -1: always.
+                 glob is matched against "<org>/<name>/<path>" and "<path>".
+  fail_revision  {"count": N, "status": 500}   the /api/models/{repo}[/revision] call
+  fail_tree      {"count": N, "status": 500}   tree and paths-info calls
+  drop_after     {glob: {"bytes": B, "count": N}}  close the socket after B body bytes
+
+``GET /_stats`` returns body bytes sent per file, request counts and the Range
+headers seen; ``POST /_reset`` clears stats and faults.
+
+CLI: python lab/hub_server.py --root DIR --host 127.0.0.1 --port 8765 [--pidfile F]
+Binds loopback only. Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fnmatch
+import hashlib
+import json
+import os
+import re
+import signal
+import socket
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlsplit
+
+LFS_THRESHOLD = 1024 * 1024
+CHUNK = 64 * 1024
+CONTROL_FILES = {".gated", ".tags"}
+SKIP_DIRS = {".git", ".cache"}
+LOOPBACK = {"127.0.0.1", "::1", "localhost"}
+_RANGE_RE = re.compile(r"^bytes=(\d*)-(\d*)$")
+
+
+def is_lfs(path: str, size: int) -> bool:
+    return size >= LFS_THRESHOLD or path.endswith(".safetensors")
+
+
+def _hash_file(fpath: Path, lfs: bool) -> str:
+    size = fpath.stat().st_size
+    h = hashlib.sha256() if lfs else hashlib.sha1()  # noqa: S324 - git blob ids are sha1
+    if not lfs:
+        h.update(f"blob {size}\0".encode())
+    with fpath.open("rb") as f:
+        while chunk := f.read(1024 * 1024):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def lfs_pointer(sha256: str, size: int) -> bytes:
+    spec = "https://git-lfs.github.com/spec/v1"
+    return f"version {spec}\noid sha256:{sha256}\nsize {size}\n".encode()
+
+
+def git_blob_id(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()  # noqa: S324
+
+
+class RepoIndex:
+    """File metadata of every repo, recomputed only for files whose (size, mtime) changed."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root.resolve()
+        self._cache: dict[str, tuple[tuple[int, int], dict]] = {}
+        self._lock = threading.Lock()
+
+    def repo_dir(self, repo_id: str) -> Path | None:
+        parts = repo_id.split("/")
+        if len(parts) != 2 or any(p in {"", ".", ".."} or p.startswith(".") for p in parts):  # noqa: PLR2004
+            return None
+        d = self.root / parts[0] / parts[1]
+        return d if d.is_dir() else None
+
+    def _entry(self, fpath: Path, rel: str) -> dict:
+        st = fpath.stat()
+        key = str(fpath)
+        stamp = (st.st_size, st.st_mtime_ns)
+        with self._lock:
+            cached = self._cache.get(key)
+        if cached and cached[0] == stamp:
+            return cached[1]
+        lfs = is_lfs(rel, st.st_size)
+        digest = _hash_file(fpath, lfs)
+        entry = {"path": rel, "size": st.st_size}
+        if lfs:
+            pointer = lfs_pointer(digest, st.st_size)
+            entry["oid"] = git_blob_id(pointer)
+            entry["lfs"] = {"oid": digest, "size": st.st_size, "pointerSize": len(pointer)}
+            entry["etag"] = digest
+        else:
+            entry["oid"] = digest
+            entry["etag"] = digest
+        with self._lock:
+            self._cache[key] = (stamp, entry)
+        return entry
+
+    def files(self, repo_dir: Path) -> dict[str, dict]:
+        out = {}
+        for dirpath, dirnames, filenames in os.walk(repo_dir):
+            dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
+            for name in sorted(filenames):
+                fpath = Path(dirpath) / name
+                rel = fpath.relative_to(repo_dir).as_posix()
+                if rel in CONTROL_FILES:
+                    continue
+                out[rel] = self._entry(fpath, rel)
+        return out
+
+    @staticmethod
+    def commit_sha(files: dict[str, dict]) -> str:
+        h = hashlib.sha1()  # noqa: S324 - a git-like commit id, not security
+        for path in sorted(files):
+            h.update(f"{path}\0{files[path]['oid']}\n".encode())
+        return h.hexdigest()
+
+    @staticmethod
+    def tags(repo_dir: Path) -> set[str]:
+        tag_file = repo_dir / ".tags"
+        if not tag_file.is_file():
+            return set()
+        return {t.strip() for t in tag_file.read_text().splitlines() if t.strip()}
+
+
+class Faults:
+    """Fault-injection settings and per-file counters, shared by all handler threads."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        with self.lock:
+            self.throttle_bps = 0
+            self.fail_file: dict[str, dict] = {}
+            self.fail_revision: dict = {}
+            self.fail_tree: dict = {}
+            self.drop_after: dict[str, dict] = {}
+            self.bytes_sent: dict[str, int] = {}
+            self.requests: dict[str, int] = {}
+            self.ranges: list[dict] = []
+            self.faults_fired: list[dict] = []
+
+    def update(self, cfg: dict) -> None:
+        with self.lock:
+            if "throttle_bps" in cfg:
+                self.throttle_bps = int(cfg["throttle_bps"] or 0)
+            for name in ("fail_file", "drop_after"):
+                if name in cfg:
+                    setattr(self, name, {k: dict(v) for k, v in (cfg[name] or {}).items()})
+            for name in ("fail_revision", "fail_tree"):
+                if name in cfg:
+                    setattr(self, name, dict(cfg[name] or {}))
+
+    def config(self) -> dict:
+        with self.lock:
+            return {
+                "throttle_bps": self.throttle_bps,
+                "fail_file": self.fail_file,
+                "fail_revision": self.fail_revision,
+                "fail_tree": self.fail_tree,
+                "drop_after": self.drop_after,
+            }
+
+    def stats(self) -> dict:
+        with self.lock:
+            return {
+                "bytes_sent": dict(self.bytes_sent),
+                "requests": dict(self.requests),
+                "ranges": list(self.ranges),
+                "faults_fired": list(self.faults_fired),
+            }
+
+    @staticmethod
+    def _take(rule: dict) -> bool:
+        """Consume one firing of a rule with a count (-1 = always)."""
+        count = int(rule.get("count", -1))
+        if count == 0:
+            return False
+        if count > 0:
+            rule["count"] = count - 1
+        return True
+
+    @staticmethod
+    def _match(table: dict, key: str, rel: str) -> dict | None:
+        for pattern, rule in table.items():
+            if fnmatch.fnmatchcase(key, pattern) or fnmatch.fnmatchcase(rel, pattern):
+                return rule
+        return None
+
+    def file_failure(self, key: str, rel: str) -> int | None:
+        with self.lock:
+            rule = self._match(self.fail_file, key, rel)
+            if rule and self._take(rule):
+                self.faults_fired.append({"fault": "fail_file", "file": key})
+                return int(rule.get("status", 503))
+        return None
+
+    def api_failure(self, which: str) -> int | None:
+        with self.lock:
+            rule = getattr(self, which)
+            if rule and self._take(rule):
+                self.faults_fired.append({"fault": which})
+                return int(rule.get("status", 500))
+        return None
+
+    def drop_limit(self, key: str, rel: str) -> int | None:
+        with self.lock:
+            rule = self._match(self.drop_after, key, rel)
+            if rule and self._take(rule):
+                self.faults_fired.append({"fault": "drop_after", "file": key})
+                return int(rule.get("bytes", 0))
+        return None
+
+    def count_request(self, key: str, rng: str | None) -> None:
+        with self.lock:
+            self.requests[key] = self.requests.get(key, 0) + 1
+            self.ranges.append({"file": key, "range": rng})
+
+    def add_bytes(self, key: str, n: int) -> None:
+        with self.lock:
+            self.bytes_sent[key] = self.bytes_sent.get(key, 0) + n
+
+
+class HubHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "vllm-fleet-lab-hub/1"
+
+    # Set on the class by make_server().
+    index: RepoIndex
+    faults: Faults
+
+    def log_message(self, fmt, *args) -> None:
+        if os.environ.get("HUB_SERVER_VERBOSE"):
+            super().log_message(fmt, *args)
+
+    # ---- responses -------------------------------------------------------
+    def _send(self, status: int, body: bytes = b"", headers: dict | None = None) -> None:
+        self.send_response(status)
+        for k, v in (headers or {}).items():
+            self.send_header(k, str(v))
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD" and body:
+            self.wfile.write(body)
+
+    def _json(self, obj, status: int = 200, headers: dict | None = None) -> None:
+        headers = {"Content-Type": "application/json", **(headers or {})}
+        self._send(status, json.dumps(obj).encode(), headers)
+
+    def _error(self, status: int, code: str | None, message: str) -> None:
+        headers = {"X-Error-Message": message}
+        if code:
+            headers["X-Error-Code"] = code
+        self._json({"error": message}, status=status, headers=headers)
+
+    # ---- routing ---------------------------------------------------------
+    def do_HEAD(self) -> None:
+        self._route()
+
+    def do_GET(self) -> None:
+        self._route()
+
+    def do_POST(self) -> None:
+        self._route()
+
+    def _read_body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _route(self) -> None:
+        try:
+            self._dispatch()
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    def _dispatch(self) -> None:
+        url = urlsplit(self.path)
+        query = parse_qs(url.query)
+        path = url.path
+        if path == "/_stats":
+            return self._json(self.faults.stats())
+        if path == "/_faults":
+            if self.command == "POST":
+                self.faults.update(json.loads(self._read_body() or b"{}"))
+            return self._json(self.faults.config())
+        if path == "/_reset" and self.command == "POST":
+            self.faults.reset()
+            return self._json({"reset": True})
+        if path.startswith("/api/models/"):
+            return self._api(path[len("/api/models/") :], query)
+        m = re.match(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$", path)
+        if m and self.command in {"GET", "HEAD"}:
+            return self._resolve(unquote(m.group(1)), unquote(m.group(2)), unquote(m.group(3)))
+        return self._error(404, None, f"No route for {self.command} {path}")
+
+    def _repo(self, repo_id: str, rev: str) -> tuple[Path, dict, str] | None:
+        repo_dir = self.index.repo_dir(repo_id)
+        if repo_dir is None:
+            self._error(404, "RepoNotFound", "Repository not found")
+            return None
+        files = self.index.files(repo_dir)
+        sha = self.index.commit_sha(files)
+        if rev not in {"main", sha} | self.index.tags(repo_dir):
+            self._error(404, "RevisionNotFound", f"Invalid rev id: {rev}")
+            return None
+        return repo_dir, files, sha
+
+    def _api(self, rest: str, query: dict) -> None:  # noqa: C901, PLR0911
+        parts = rest.split("/")
+        if len(parts) < 2:  # noqa: PLR2004
+            return self._error(404, "RepoNotFound", "Repository not found")
+        repo_id = unquote(parts[0]) + "/" + unquote(parts[1])
+        tail = parts[2:]
+        if not tail or tail[0] == "revision":
+            if self.command != "GET":
+                return self._error(405, None, "Method not allowed")
+            rev = unquote(tail[1]) if len(tail) > 1 else "main"
+            status = self.faults.api_failure("fail_revision")
+            if status:
+                return self._error(status, None, "Injected revision API failure")
+            found = self._repo(repo_id, rev)
+            if found is None:
+                return None
+            return self._model_info(repo_id, *found, blobs="true" in query.get("blobs", []))
+        if tail[0] in {"tree", "paths-info"} and len(tail) > 1:
+            status = self.faults.api_failure("fail_tree")
+            if status:
+                return self._error(status, None, "Injected tree API failure")
+            found = self._repo(repo_id, unquote(tail[1]))
+            if found is None:
+                return None
+            _, files, _ = found
+            if tail[0] == "tree":
+                sub = unquote("/".join(tail[2:])).strip("/")
+                recursive = query.get("recursive", ["false"])[0].lower() in {"true", "1"}
+                return self._tree(files, sub, recursive)
+            if self.command != "POST":
+                return self._error(405, None, "Method not allowed")
+            return self._paths_info(files)
+        return self._error(404, None, f"Unknown API path {rest}")
+
+    @staticmethod
+    def _file_obj(entry: dict) -> dict:
+        obj = {"type": "file", "oid": entry["oid"], "size": entry["size"], "path": entry["path"]}
+        if "lfs" in entry:
+            obj["lfs"] = dict(entry["lfs"])
+        return obj
+
+    @staticmethod
+    def _dirs(files: dict) -> set[str]:
+        dirs = set()
+        for p in files:
+            parts = p.split("/")[:-1]
+            dirs.update("/".join(parts[: i + 1]) for i in range(len(parts)))
+        return dirs
+
+    def _dir_obj(self, d: str, files: dict) -> dict:
+        h = hashlib.sha1()  # noqa: S324
+        for p in sorted(f for f in files if f.startswith(d + "/")):
+            h.update(f"{p}\0{files[p]['oid']}\n".encode())
+        return {"type": "directory", "oid": h.hexdigest(), "size": 0, "path": d}
+
+    def _model_info(self, repo_id, repo_dir, files, sha, blobs: bool) -> None:
+        siblings = []
+        for path in sorted(files):
+            sib = {"rfilename": path}
+            if blobs:
+                e = files[path]
+                sib["size"] = e["size"]
+                sib["blobId"] = e["oid"]
+                if "lfs" in e:
+                    sib["lfs"] = {
+                        "sha256": e["lfs"]["oid"],
+                        "size": e["lfs"]["size"],
+                        "pointerSize": e["lfs"]["pointerSize"],
+                    }
+            siblings.append(sib)
+        gated = (repo_dir / ".gated").exists()
+        self._json(
+            {
+                "_id": sha[:24],
+                "id": repo_id,
+                "modelId": repo_id,
+                "author": repo_id.split("/")[0],
+                "sha": sha,
+                "private": False,
+                "gated": "manual" if gated else False,
+                "disabled": False,
+                "downloads": 0,
+                "likes": 0,
+                "tags": [],
+                "siblings": siblings,
+                "usedStorage": sum(e["size"] for e in files.values()),
+            }
+        )
+
+    def _tree(self, files: dict, sub: str, recursive: bool) -> None:
+        dirs = self._dirs(files)
+        if sub and sub not in dirs:
+            if sub in files:
+                return self._json([self._file_obj(files[sub])])
+            return self._error(404, "EntryNotFound", f"{sub} does not exist on this revision")
+        prefix = sub + "/" if sub else ""
+
+        def wanted(p: str) -> bool:
+            return p.startswith(prefix) and (recursive or "/" not in p[len(prefix) :])
+
+        out = [self._dir_obj(d, files) for d in sorted(dirs) if wanted(d)]
+        out += [self._file_obj(files[p]) for p in sorted(files) if wanted(p)]
+        return self._json(out)
+
+    def _paths_info(self, files: dict) -> None:
+        raw = self._read_body()
+        ctype = self.headers.get("Content-Type", "")
+        if "json" in ctype:
+            paths = json.loads(raw or b"{}").get("paths", [])
+        else:
+            paths = parse_qs(raw.decode()).get("paths", [])
+        if isinstance(paths, str):
+            paths = [paths]
+        dirs = self._dirs(files)
+        out = []
+        for p in paths:
+            p = p.strip("/")  # noqa: PLW2901
+            if p in files:
+                out.append(self._file_obj(files[p]))
+            elif p in dirs:
+                out.append(self._dir_obj(p, files))
+        return self._json(out)
+
+    # ---- file bodies -----------------------------------------------------
+    def _auth_error(self, repo_dir: Path) -> bool:
+        gate = repo_dir / ".gated"
+        if not gate.exists():
+            return False
+        auth = self.headers.get("Authorization", "")
+        token = auth[len("Bearer ") :].strip() if auth.startswith("Bearer ") else ""
+        wanted = gate.read_text().strip()
+        if not token:
+            self._error(
+                401,
+                "GatedRepo",
+                "Access to this model is restricted. You must have access to it "
+                "and be authenticated to access it. Please log in.",
+            )
+            return True
+        if wanted and token != wanted:
+            self._error(403, None, "Your token does not have access to this gated repo")
+            return True
+        return False
+
+    def _resolve(self, repo_id: str, rev: str, rel: str) -> None:  # noqa: C901, PLR0911, PLR0912
+        found = self._repo(repo_id, rev)
+        if found is None:
+            return None
+        repo_dir, files, sha = found
+        if self._auth_error(repo_dir):
+            return None
+        entry = files.get(rel)
+        if entry is None:
+            return self._error(404, "EntryNotFound", f"{rel} does not exist on {rev}")
+        key = f"{repo_id}/{rel}"
+        if self.command == "GET":
+            status = self.faults.file_failure(key, rel)
+            if status:
+                return self._error(status, None, f"Injected failure for {rel}")
+        size = entry["size"]
+        headers = {
+            "X-Repo-Commit": sha,
+            "ETag": f'"{entry["etag"]}"',
+            "Accept-Ranges": "bytes",
+            "Content-Type": "application/octet-stream",
+            "Content-Disposition": f'attachment; filename="{rel.rsplit("/", 1)[-1]}"',
+        }
+        if "lfs" in entry:
+            headers["X-Linked-Etag"] = f'"{entry["etag"]}"'
+            headers["X-Linked-Size"] = str(size)
+        start, end, status = 0, size - 1, 200
+        rng = self.headers.get("Range")
+        if rng:
+            m = _RANGE_RE.match(rng.strip())
+            if not m or (m.group(1) == "" and m.group(2) == ""):
+                return self._error(416, None, f"Bad range {rng}")
+            if m.group(1) == "":
+                start = max(0, size - int(m.group(2)))
+            else:
+                start = int(m.group(1))
+                if m.group(2):
+                    end = min(int(m.group(2)), size - 1)
+            if start >= size or start > end:
+                self.send_response(416)
+                self.send_header("Content-Range", f"bytes */{size}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return None
+            status = 206
+            headers["Content-Range"] = f"bytes {start}-{end}/{size}"
+        length = end - start + 1 if size else 0
+        self.send_response(status)
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(length))
+        self.end_headers()
+        if self.command == "HEAD":
+            return None
+        self.faults.count_request(key, rng)
+        self._stream(repo_dir / rel, key, rel, start, length)
+        return None
+
+    def _stream(self, fpath: Path, key: str, rel: str, start: int, length: int) -> None:
+        drop_at = self.faults.drop_limit(key, rel)
+        sent = 0
+        t0 = time.monotonic()
+        with fpath.open("rb") as f:
+            f.seek(start)
+            while sent < length:
+                n = min(CHUNK, length - sent)
+                if drop_at is not None:
+                    n = min(n, drop_at - sent)
+                    if n <= 0:
+                        self.wfile.flush()
+                        with contextlib.suppress(OSError):
+                            self.connection.shutdown(socket.SHUT_RDWR)
+                        self.close_connection = True
+                        return
+                chunk = f.read(n)
+                if not chunk:
+                    break
+                self.wfile.write(chunk)
+                sent += len(chunk)
+                self.faults.add_bytes(key, len(chunk))
+                bps = self.faults.throttle_bps
+                if bps:
+                    ahead = sent / bps - (time.monotonic() - t0)
+                    if ahead > 0:
+                        time.sleep(ahead)
+
+
+def make_server(root, host: str = "127.0.0.1", port: int = 0, faults: Faults | None = None):
+    """Build (not start) a server; ``server.faults`` and ``server.server_address`` are public."""
+    if host not in LOOPBACK:
+        raise ValueError(f"refusing to bind {host}: this lab server binds loopback only")
+    index = RepoIndex(Path(root))
+    faults = faults or Faults()
+    handler = type("BoundHubHandler", (HubHandler,), {"index": index, "faults": faults})
+    server = ThreadingHTTPServer((host, port), handler)
+    server.daemon_threads = True
+    server.faults = faults
+    server.index = index
+    return server
+
+
+def start_in_thread(root, host: str = "127.0.0.1", port: int = 0):
+    """Start a server on a daemon thread; returns (server, base_url). Call server.shutdown()."""
+    server = make_server(root, host, port)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    h, p = server.server_address[:2]
+    return server, f"http://{h}:{p}"
+
+
+def _parse_rule(spec: str, keys: tuple[str, ...], defaults: tuple[int, ...]) -> tuple[str, dict]:
+    pattern, *nums = spec.split(":")
+    values = [int(x) for x in nums] + list(defaults[len(nums) :])
+    return pattern, dict(zip(keys, values, strict=False))
+
+
+def build_faults(args) -> dict:
+    cfg = json.loads(os.environ.get("HUB_SERVER_FAULTS", "{}") or "{}")
+    if args.throttle:
+        cfg["throttle_bps"] = args.throttle
+    if args.fail_file:
+        rules = [_parse_rule(s, ("count", "status"), (-1, 503)) for s in args.fail_file]
+        cfg["fail_file"] = dict(rules)
+    if args.drop_after:
+        rules = [_parse_rule(s, ("bytes", "count"), (0, 1)) for s in args.drop_after]
+        cfg["drop_after"] = dict(rules)
+    if args.fail_revision is not None:
+        cfg["fail_revision"] = {"count": args.fail_revision, "status": 500}
+    if args.fail_tree is not None:
+        cfg["fail_tree"] = {"count": args.fail_tree, "status": 500}
+    return cfg
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--root", required=True, help="directory holding <org>/<name>/ repos")
+    p.add_argument("--host", default="127.0.0.1", help="loopback address to bind")
+    p.add_argument("--port", type=int, default=8765, help="0 picks a free port")
+    p.add_argument("--pidfile", help="write the server's pid here")
+    p.add_argument("--throttle", type=int, default=0, help="body bytes/s per response")
+    p.add_argument(
+        "--fail-file", action="append", metavar="GLOB[:COUNT[:STATUS]]", help="5xx on a file"
+    )
+    p.add_argument("--fail-revision", type=int, metavar="COUNT", help="500 on the revision API")
+    p.add_argument("--fail-tree", type=int, metavar="COUNT", help="500 on tree/paths-info")
+    p.add_argument(
+        "--drop-after", action="append", metavar="GLOB:BYTES[:COUNT]", help="drop mid-body"
+    )
+    args = p.parse_args(argv)
+    server = make_server(args.root, args.host, args.port)
+    server.faults.update(build_faults(args))
+    if args.pidfile:
+        Path(args.pidfile).write_text(f"{os.getpid()}\n")
+    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
+    host, port = server.server_address[:2]
+    print(f"serving {Path(args.root).resolve()} on http://{host}:{port}", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+        if args.pidfile:
+            with contextlib.suppress(OSError):
+                Path(args.pidfile).unlink()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

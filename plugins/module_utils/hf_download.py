@@ -1,0 +1,856 @@
+# Copyright: vllm-fleet contributors
+# Apache License 2.0
+"""Resumable, verified download of a Hugging Face model repo into a local directory.
+
+huggingface_hub does what it does well: revision resolution (model_info), file
+metadata (list_repo_tree: sizes, sha256 for LFS files, git blob ids), URLs
+(hf_hub_url), auth headers (build_hf_headers), the HTTP client (get_session)
+and error mapping (hf_raise_for_status). This module owns only the byte
+transfer and the retry policy:
+
+- every file is fetched with HTTP Range into a stable partial name,
+  ``<local_dir>/.cache/vllm-fleet/partial/<path>.<hash16>.partial``, so a run
+  killed half way resumes inside the file on the next run;
+- 5xx answers and connection errors are retried with exponential backoff;
+  a dropped connection that made progress resumes at once;
+- each file is hashed while it streams (the resumed prefix is read once from
+  disk), sha256 for LFS files and the git blob id for the others, and only a
+  verified file is renamed into place; a mismatch is deleted and fetched once
+  more, then the run fails naming the file;
+- files already on disk are hashed in parallel (a thread pool; hashlib
+  releases the GIL) and recorded in ``.vllm-fleet-manifest.json`` with their
+  size and mtime, so a later run trusts them without re-hashing unless
+  ``reverify`` is set;
+- one lock per model directory (fcntl.flock): a second run waits for the
+  first and then finds the files verified;
+- orphaned ``*.incomplete`` files of huggingface_hub are removed.
+
+Runs on the target under a virtualenv interpreter that has huggingface_hub;
+the import is lazy so the module can fail with a clear message without it.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+import concurrent.futures
+import contextlib
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import re
+import threading
+import time
+
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils import disk_space
+
+MANIFEST_NAME = ".vllm-fleet-manifest.json"
+STATE_DIR = os.path.join(".cache", "vllm-fleet")
+PARTIAL_DIR = os.path.join(STATE_DIR, "partial")
+LOCK_NAME = os.path.join(STATE_DIR, "lock")
+CHUNK = 4 * 1024 * 1024
+MANIFEST_VERSION = 1
+_SHA_RE = re.compile(r"^[0-9a-f]{40}$")
+
+
+class DownloadError(Exception):
+    """A failure with a one-line message meant for fail_json(msg=...)."""
+
+    def __init__(self, msg, **details):
+        super(DownloadError, self).__init__(msg)
+        self.msg = msg
+        self.details = details
+
+
+class RetryableError(Exception):
+    """A transient failure (5xx, connection) worth retrying."""
+
+
+class RemoteFile(object):
+    """One file of the repo at the resolved revision, as the Hub describes it."""
+
+    __slots__ = ("blob_id", "path", "sha256", "size")
+
+    def __init__(self, path, size, blob_id, sha256=None):
+        self.path = path
+        self.size = int(size)
+        self.blob_id = blob_id
+        self.sha256 = sha256
+
+    @property
+    def algorithm(self):
+        return "sha256" if self.sha256 else "git-sha1"
+
+    @property
+    def expected(self):
+        return (self.sha256 or self.blob_id or "").lower()
+
+    def as_dict(self):
+        return {"size": self.size, "algorithm": self.algorithm, "hash": self.expected}
+
+
+# ---------------------------------------------------------------------------
+# hashing
+
+
+def new_hasher(algorithm, size):
+    if algorithm == "sha256":
+        return hashlib.sha256()
+    h = hashlib.sha1()  # noqa: S324 - git blob ids are sha1 by definition
+    h.update(("blob %d\0" % size).encode())
+    return h
+
+
+def hash_file(path, algorithm, size, buf_size=CHUNK):
+    """Hash a whole file in one pass; the size is the git header's length."""
+    h = new_hasher(algorithm, size)
+    buf = bytearray(buf_size)
+    view = memoryview(buf)
+    with open(path, "rb") as f:
+        while True:
+            n = f.readinto(buf)
+            if not n:
+                break
+            h.update(view[:n])
+    return h.hexdigest()
+
+
+def verify_files(pairs, workers):
+    """Hash [(RemoteFile, local path)] in parallel; return {path: actual hex digest}."""
+    out = {}
+    if not pairs:
+        return out
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        futures = {
+            pool.submit(hash_file, local, rf.algorithm, rf.size): rf.path for rf, local in pairs
+        }
+        for fut in concurrent.futures.as_completed(futures):
+            out[futures[fut]] = fut.result()
+    return out
+
+
+# ---------------------------------------------------------------------------
+# local state: manifest, partials, orphans, lock
+
+
+def manifest_path(local_dir):
+    return os.path.join(local_dir, MANIFEST_NAME)
+
+
+def load_manifest(local_dir):
+    try:
+        with open(manifest_path(local_dir)) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("version") != MANIFEST_VERSION:
+        return {}
+    return data
+
+
+def write_json_atomic(path, data):
+    tmp = "%s.tmp.%d" % (path, os.getpid())
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def partial_path(local_dir, rf):
+    """Stable per (path, content) name: a changed upstream file never resumes a stale partial."""
+    return os.path.join(local_dir, PARTIAL_DIR, "%s.%s.partial" % (rf.path, rf.expected[:16]))
+
+
+def trusted_by_manifest(manifest, revision, rf, local):
+    """A file the manifest verified earlier at this revision and that has not changed since."""
+    entry = (manifest.get("files") or {}).get(rf.path)
+    if not entry or manifest.get("revision") != revision:
+        return False
+    if entry.get("hash") != rf.expected or entry.get("size") != rf.size:
+        return False
+    try:
+        st = os.stat(local)
+    except OSError:
+        return False
+    return st.st_size == rf.size and entry.get("mtime_ns") == st.st_mtime_ns
+
+
+def find_orphans(local_dir, hf_cache_repo_dir, wanted_partials):
+    """huggingface_hub's *.incomplete files and our partials no current file will resume."""
+    found = []
+    roots = [os.path.join(local_dir, ".cache", "huggingface")]
+    if hf_cache_repo_dir:
+        roots.append(os.path.join(hf_cache_repo_dir, "blobs"))
+    for root in roots:
+        for dirpath, _dirs, files in os.walk(root):
+            found.extend(
+                os.path.join(dirpath, name) for name in files if name.endswith(".incomplete")
+            )
+    for dirpath, _dirs, files in os.walk(os.path.join(local_dir, PARTIAL_DIR)):
+        for name in files:
+            path = os.path.join(dirpath, name)
+            if path not in wanted_partials:
+                found.append(path)
+    return sorted(found)
+
+
+def file_size(path):
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+@contextlib.contextmanager
+def model_lock(local_dir, wait=True):
+    """Exclusive flock on <local_dir>/.cache/vllm-fleet/lock; yields seconds waited."""
+    path = os.path.join(local_dir, LOCK_NAME)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    t0 = time.monotonic()
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno not in (errno.EAGAIN, errno.EACCES) or not wait:
+                raise
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        os.ftruncate(fd, 0)
+        os.write(fd, ("%d\n" % os.getpid()).encode())
+        yield time.monotonic() - t0
+    finally:
+        os.close(fd)
+
+
+# ---------------------------------------------------------------------------
+# progress
+
+
+class Progress(object):
+    """Thread-safe byte counters, written as JSON to a file every `interval` seconds."""
+
+    def __init__(self, path, interval, repo_id, revision, total, done, files_total):
+        self.path = path
+        self.interval = interval
+        self.lock = threading.Lock()
+        self.base = {"repo_id": repo_id, "revision": revision, "pid": os.getpid()}
+        self.total = total
+        self.done = done
+        self.start_done = done
+        self.files_total = files_total
+        self.files_done = 0
+        self.t0 = time.monotonic()
+        self.state = "downloading"
+        self._stop = threading.Event()
+        self._thread = None
+
+    def add(self, n):
+        with self.lock:
+            self.done += n
+
+    def file_done(self):
+        with self.lock:
+            self.files_done += 1
+
+    def snapshot(self):
+        with self.lock:
+            elapsed = max(time.monotonic() - self.t0, 1e-6)
+            rate = (self.done - self.start_done) / elapsed
+            left = max(self.total - self.done, 0)
+            snap = dict(self.base)
+            snap.update(
+                state=self.state,
+                bytes_done=self.done,
+                bytes_total=self.total,
+                files_done=self.files_done,
+                files_total=self.files_total,
+                rate_bytes_per_s=int(rate),
+                eta_seconds=int(left / rate) if rate > 0 else None,
+                elapsed_seconds=round(elapsed, 1),
+                updated=time.time(),
+            )
+            return snap
+
+    def write(self):
+        if not self.path:
+            return
+        with contextlib.suppress(OSError):
+            write_json_atomic(self.path, self.snapshot())
+
+    def _loop(self):
+        while not self._stop.wait(self.interval):
+            self.write()
+
+    def start(self):
+        self.write()
+        if self.path:
+            self._thread = threading.Thread(target=self._loop, daemon=True)
+            self._thread.start()
+
+    def stop(self, state):
+        self.state = state
+        self._stop.set()
+        if self._thread:
+            self._thread.join()
+        self.write()
+
+
+# ---------------------------------------------------------------------------
+# huggingface_hub adapter
+
+
+def import_hub():
+    """Import huggingface_hub lazily; raise DownloadError with a clear message if absent."""
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_XET", "1")
+    try:
+        import huggingface_hub  # noqa: PLC0415
+        import huggingface_hub.errors  # noqa: PLC0415
+        import huggingface_hub.utils  # noqa: PLC0415
+    except ImportError as e:
+        raise DownloadError(
+            "huggingface_hub is not importable by this interpreter (%s): run the task with the "
+            "tools virtualenv's python as ansible_python_interpreter (%s)" % (os.sys.executable, e)
+        ) from e
+    return huggingface_hub
+
+
+def _first_line(exc):
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def _status_of(exc):
+    response = getattr(exc, "response", None)
+    return getattr(response, "status_code", None)
+
+
+def _is_transient(hub, exc):
+    """5xx / 408 / 429 answers and connection-level errors are worth another try."""
+    if isinstance(exc, RetryableError):
+        return True
+    if isinstance(exc, hub.errors.HfHubHTTPError):
+        status = _status_of(exc)
+        return status is None or status >= 500 or status in (408, 429)  # noqa: PLR2004
+    transport = getattr(_httpx(), "TransportError", None)
+    if transport and isinstance(exc, transport):
+        return True
+    return isinstance(exc, (ConnectionError, TimeoutError, EOFError))
+
+
+def _httpx():
+    """The HTTP library behind huggingface_hub's session (httpx2 in 2.x, httpx in 1.x)."""
+    for name in ("httpx2", "httpx"):
+        try:
+            return __import__(name)
+        except ImportError:
+            continue
+    return None
+
+
+def describe_hub_error(hub, exc, repo_id, revision, endpoint):
+    """One line that says which of 404 repo / unknown revision / gated / other it was."""
+    errors = hub.errors
+    where = endpoint or "the Hub"
+    status = _status_of(exc)
+    if isinstance(exc, errors.GatedRepoError):
+        return (
+            "repository %s is gated (HTTP %s at %s): it needs a token of an account that was "
+            "granted access (token / token_file)" % (repo_id, status, where)
+        )
+    if isinstance(exc, errors.RevisionNotFoundError):
+        return "revision %r not found in repository %s at %s (HTTP %s)" % (
+            revision,
+            repo_id,
+            where,
+            status,
+        )
+    if isinstance(exc, errors.RepositoryNotFoundError):
+        return (
+            "repository %s not found at %s (HTTP %s): check repo_id, or the token if it is "
+            "private" % (repo_id, where, status)
+        )
+    if isinstance(exc, getattr(errors, "RemoteEntryNotFoundError", ())):
+        return "file not found in %s at revision %s (HTTP %s): %s" % (
+            repo_id,
+            revision,
+            status,
+            str(exc).splitlines()[-1],
+        )
+    first = _first_line(exc)
+    return "Hub request for %s@%s at %s failed (HTTP %s): %s" % (
+        repo_id,
+        revision,
+        where,
+        status,
+        first,
+    )
+
+
+# ---------------------------------------------------------------------------
+# the downloader
+
+
+class HfDownloader(object):
+    """One repo into one local_dir. Call run(); it returns the module's result dict."""
+
+    def __init__(
+        self,
+        repo_id,
+        local_dir,
+        revision="main",
+        allow_patterns=None,
+        ignore_patterns=None,
+        endpoint=None,
+        token=None,
+        hf_home=None,
+        reverify=False,
+        max_workers=4,
+        retries=5,
+        backoff=1.0,
+        backoff_max=30.0,
+        progress_file=None,
+        progress_interval=10.0,
+        margin_bytes=1024**3,
+        check_mode=False,
+        timeout=60.0,
+        sleep=time.sleep,
+    ):
+        self.repo_id = repo_id
+        self.local_dir = os.path.abspath(local_dir)
+        self.revision = revision or "main"
+        self.allow_patterns = allow_patterns or None
+        self.ignore_patterns = ignore_patterns or None
+        self.endpoint = endpoint.rstrip("/") if endpoint else None
+        self.token = token or None
+        self.hf_home = hf_home
+        self.reverify = reverify
+        self.max_workers = max(1, int(max_workers or 1))
+        self.retries = max(0, int(retries))
+        self.backoff = backoff
+        self.backoff_max = backoff_max
+        self.progress_file = progress_file
+        self.progress_interval = progress_interval
+        self.margin_bytes = int(margin_bytes)
+        self.check_mode = check_mode
+        self.timeout = timeout
+        self.sleep = sleep
+        self.hub = None
+        self.cancel = threading.Event()
+        self.retries_used = 0
+        self._retry_lock = threading.Lock()
+
+    # -- retry policy -------------------------------------------------------
+    def _backoff(self, attempt):
+        return min(self.backoff * (2**attempt), self.backoff_max)
+
+    def _with_retries(self, fn):
+        attempt = 0
+        while True:
+            try:
+                return fn()
+            except DownloadError:
+                raise
+            except Exception as e:  # noqa: BLE001 - classified below, re-raised if not transient
+                if not _is_transient(self.hub, e) or attempt >= self.retries:
+                    raise
+                with self._retry_lock:
+                    self.retries_used += 1
+                self.sleep(self._backoff(attempt))
+                attempt += 1
+
+    # -- metadata -------------------------------------------------------------
+    def _api(self):
+        return self.hub.HfApi(endpoint=self.endpoint, token=self.token)
+
+    def resolve(self):
+        """(commit sha, [RemoteFile]) for the revision, filtered by the patterns."""
+        api = self._api()
+        try:
+            info = self._with_retries(lambda: api.model_info(self.repo_id, revision=self.revision))
+            sha = info.sha
+            if not sha or not _SHA_RE.match(sha):
+                raise DownloadError(
+                    "the Hub answered no commit sha for %s@%s" % (self.repo_id, self.revision)
+                )
+            entries = self._with_retries(
+                lambda: list(api.list_repo_tree(self.repo_id, recursive=True, revision=sha)),
+            )
+        except DownloadError:
+            raise
+        except Exception as e:
+            if isinstance(e, self.hub.errors.HfHubHTTPError) or _is_transient(self.hub, e):
+                raise DownloadError(
+                    describe_hub_error(self.hub, e, self.repo_id, self.revision, self.endpoint)
+                    + ("; nothing on disk was trusted" if _is_transient(self.hub, e) else "")
+                ) from e
+            raise
+        files = {}
+        for e in entries:
+            if not hasattr(e, "blob_id"):
+                continue  # a folder
+            lfs = getattr(e, "lfs", None)
+            sha256 = getattr(lfs, "sha256", None) if lfs is not None else None
+            files[e.path] = RemoteFile(e.path, e.size, e.blob_id, sha256)
+        kept = self.hub.utils.filter_repo_objects(
+            sorted(files), allow_patterns=self.allow_patterns, ignore_patterns=self.ignore_patterns
+        )
+        remote = [files[p] for p in kept]
+        if not remote:
+            raise DownloadError(
+                "no file of %s@%s matches allow_patterns=%s ignore_patterns=%s"
+                % (self.repo_id, sha, self.allow_patterns, self.ignore_patterns)
+            )
+        return sha, remote
+
+    def _hf_cache_repo_dir(self):
+        home = self.hf_home or os.environ.get("HF_HOME")
+        if not home:
+            return None
+        return os.path.join(home, "hub", "models--" + self.repo_id.replace("/", "--"))
+
+    # -- the transfer -----------------------------------------------------------
+    def _url(self, sha, rf):
+        kwargs = {"revision": sha}
+        if self.endpoint:
+            kwargs["endpoint"] = self.endpoint
+        return self.hub.hf_hub_url(self.repo_id, rf.path, **kwargs)
+
+    def _headers(self):
+        headers = self.hub.utils.build_hf_headers(token=self.token, library_name="vllm-fleet")
+        headers["Accept-Encoding"] = "identity"
+        return headers
+
+    def _prime_hasher(self, part, rf):
+        """Hash the resumed prefix once, so the whole file is hashed as it streams."""
+        have = file_size(part)
+        if have > rf.size:
+            os.remove(part)
+            have = 0
+        h = new_hasher(rf.algorithm, rf.size)
+        if have:
+            with open(part, "rb") as f:
+                remaining = have
+                while remaining:
+                    chunk = f.read(min(CHUNK, remaining))
+                    if not chunk:
+                        break
+                    h.update(chunk)
+                    remaining -= len(chunk)
+        return h, have
+
+    def _stream_once(self, session, url, headers, part, rf, progress, state):
+        """One GET of the missing bytes into the partial; returns bytes written."""
+        h, have = state["hasher"], state["have"]
+        req_headers = dict(headers)
+        if have:
+            req_headers["Range"] = "bytes=%d-" % have
+        written = 0
+        with session.stream("GET", url, headers=req_headers, timeout=self.timeout) as resp:
+            if resp.status_code == 416:  # noqa: PLR2004 - partial longer than the file
+                raise RetryableError("range not satisfiable for %s" % rf.path)
+            if resp.status_code >= 400:  # noqa: PLR2004
+                resp.read()
+                self.hub.utils.hf_raise_for_status(resp)
+            mode = "ab"
+            if have and resp.status_code != 206:  # noqa: PLR2004 - server ignored Range
+                h, have = new_hasher(rf.algorithm, rf.size), 0
+                progress.add(-state["have"])
+                mode = "wb"
+            state["hasher"], state["have"] = h, have
+            with open(part, mode) as out:
+                for chunk in resp.iter_bytes(CHUNK):
+                    if self.cancel.is_set():
+                        raise DownloadError("cancelled")
+                    if have + len(chunk) > rf.size:
+                        raise DownloadError(
+                            "%s: the server sent more than the %d bytes the Hub lists"
+                            % (rf.path, rf.size)
+                        )
+                    out.write(chunk)
+                    h.update(chunk)
+                    have += len(chunk)
+                    written += len(chunk)
+                    state["have"] = have
+                    progress.add(len(chunk))
+                out.flush()
+                os.fsync(out.fileno())
+        if have < rf.size:
+            raise RetryableError(
+                "%s: connection ended at %d of %d bytes" % (rf.path, have, rf.size)
+            )
+        return written
+
+    def _fetch_to_partial(self, session, sha, rf, progress):
+        """Fetch rf into its partial (resuming); returns (bytes written, actual hash)."""
+        if self.cancel.is_set():
+            raise DownloadError("cancelled")
+        part = partial_path(self.local_dir, rf)
+        os.makedirs(os.path.dirname(part), exist_ok=True)
+        url = self._url(sha, rf)
+        headers = self._headers()
+        h, have = self._prime_hasher(part, rf)
+        progress.add(have)
+        state = {"hasher": h, "have": have}
+        written = 0
+        attempt = 0
+        while state["have"] < rf.size or (rf.size == 0 and not os.path.exists(part)):
+            before = state["have"]
+            try:
+                written += self._stream_once(session, url, headers, part, rf, progress, state)
+            except DownloadError:
+                raise
+            except Exception as e:
+                if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise DownloadError(
+                        "no space left on device writing %s under %s after %d of %d bytes; "
+                        "partial files are kept in %s for the next run to resume"
+                        % (
+                            rf.path,
+                            self.local_dir,
+                            state["have"],
+                            rf.size,
+                            os.path.join(self.local_dir, PARTIAL_DIR),
+                        ),
+                        enospc=True,
+                    ) from e
+                if isinstance(e, RetryableError) and "range not satisfiable" in str(e):
+                    with contextlib.suppress(OSError):
+                        os.remove(part)
+                    progress.add(-state["have"])
+                    state["hasher"], state["have"] = new_hasher(rf.algorithm, rf.size), 0
+                hub_error = isinstance(e, self.hub.errors.HfHubHTTPError)
+                if isinstance(e, OSError) and not hub_error and not _is_transient(self.hub, e):
+                    raise DownloadError("%s: cannot write %s: %s" % (rf.path, part, e)) from e
+                if not _is_transient(self.hub, e):
+                    raise DownloadError(
+                        describe_hub_error(self.hub, e, self.repo_id, sha, self.endpoint)
+                        + " (file %s)" % rf.path
+                    ) from e
+                attempt = self._retry_or_fail(rf, e, attempt, before, state)
+        return written, state["hasher"].hexdigest(), part
+
+    def _retry_or_fail(self, rf, exc, attempt, before, state):
+        """Progress since the last try resets the count; otherwise back off or give up."""
+        if state["have"] > before:
+            return 0
+        if attempt >= self.retries:
+            raise DownloadError(
+                "%s: giving up after %d retries with backoff: %s"
+                % (rf.path, self.retries, _first_line(exc))
+            ) from exc
+        with self._retry_lock:
+            self.retries_used += 1
+        self.sleep(self._backoff(attempt))
+        return attempt + 1
+
+    def _fetch_verified(self, session, sha, rf, progress):
+        """Fetch, verify, rename into place; one refetch on mismatch. Returns (bytes, refetched)."""
+        dest = os.path.join(self.local_dir, rf.path)
+        total_written = 0
+        for attempt in range(2):
+            written, actual, part = self._fetch_to_partial(session, sha, rf, progress)
+            total_written += written
+            if actual == rf.expected and file_size(part) == rf.size:
+                os.makedirs(os.path.dirname(dest), exist_ok=True)
+                os.replace(part, dest)
+                progress.file_done()
+                return total_written, attempt
+            os.remove(part)
+            progress.add(-rf.size)
+            if attempt == 1:
+                raise DownloadError(
+                    "%s failed verification twice: %s %s expected, got %s (size %d)"
+                    % (rf.path, rf.algorithm, rf.expected, actual, rf.size)
+                )
+        return total_written, 1  # not reached
+
+    # -- the run ------------------------------------------------------------------
+    def run(self):
+        t0 = time.monotonic()
+        if self.hf_home:
+            os.environ["HF_HOME"] = self.hf_home
+        self.hub = import_hub()
+        if self.check_mode and not os.path.isdir(self.local_dir):
+            return self._run_locked(t0, waited=0.0)
+        try:
+            os.makedirs(self.local_dir, exist_ok=True)
+        except OSError as e:
+            raise DownloadError("cannot create local_dir %s: %s" % (self.local_dir, e)) from e
+        with model_lock(self.local_dir) as waited:
+            return self._run_locked(t0, waited)
+
+    def _classify_local(self, sha, remote, manifest):
+        """Split remote files into trusted / to hash / to fetch (no network)."""
+        trusted, to_hash, to_fetch = [], [], []
+        for rf in remote:
+            local = os.path.join(self.local_dir, rf.path)
+            if not self.reverify and trusted_by_manifest(manifest, sha, rf, local):
+                trusted.append(rf)
+            elif file_size(local) == rf.size and os.path.isfile(local):
+                to_hash.append(rf)
+            else:
+                to_fetch.append(rf)
+        return trusted, to_hash, to_fetch
+
+    def _run_locked(self, t0, waited):  # noqa: C901, PLR0912, PLR0915
+        sha, remote = self.resolve()
+        manifest = load_manifest(self.local_dir)
+        trusted, to_hash, to_fetch = self._classify_local(sha, remote, manifest)
+        wanted_partials = {partial_path(self.local_dir, rf) for rf in remote}
+        orphans = find_orphans(self.local_dir, self._hf_cache_repo_dir(), wanted_partials)
+        orphan_bytes = sum(file_size(p) for p in orphans)
+        bytes_total = sum(rf.size for rf in remote)
+
+        # Hash what is on disk but not vouched for by the manifest (parallel, one read).
+        actual = verify_files(
+            [(rf, os.path.join(self.local_dir, rf.path)) for rf in to_hash], self.max_workers
+        )
+        mismatched = [rf for rf in to_hash if actual[rf.path] != rf.expected]
+        verified = trusted + [rf for rf in to_hash if actual[rf.path] == rf.expected]
+        to_fetch = to_fetch + mismatched
+        partial_bytes = sum(
+            min(file_size(partial_path(self.local_dir, rf)), rf.size) for rf in to_fetch
+        )
+        bytes_to_download = sum(rf.size for rf in to_fetch) - partial_bytes
+        disk = disk_space.check(self.local_dir, bytes_to_download, self.margin_bytes)
+        disk["free_bytes_after_cleanup"] = disk["free_bytes"] + orphan_bytes
+        result = {
+            "revision": sha,
+            "revision_requested": self.revision,
+            "files": len(remote),
+            "bytes_total": bytes_total,
+            "bytes_to_download": bytes_to_download,
+            "bytes_partial": partial_bytes,
+            "bytes_verified_before": sum(rf.size for rf in verified),
+            "files_to_fetch": sorted(rf.path for rf in to_fetch),
+            "files_mismatched": sorted(rf.path for rf in mismatched),
+            "orphans_removed": orphans,
+            "manifest": manifest_path(self.local_dir),
+            "disk": disk,
+            "lock_waited_seconds": round(waited, 3),
+        }
+        changed = bool(to_fetch or orphans)
+        result["diff"] = {
+            "before": {
+                "revision": manifest.get("revision"),
+                "files_to_fetch": result["files_to_fetch"],
+            },
+            "after": {"revision": sha, "files_to_fetch": []},
+        }
+        if self.check_mode:
+            seconds = round(time.monotonic() - t0, 3)
+            result.update(changed=changed, bytes_downloaded=0, seconds=seconds)
+            return result
+
+        for path in orphans:
+            with contextlib.suppress(OSError):
+                os.remove(path)
+        disk = disk_space.check(self.local_dir, bytes_to_download, self.margin_bytes)
+        result["disk"] = disk
+        if to_fetch and not disk["ok"]:
+            raise DownloadError(
+                "%s@%s: %s (bytes to download %d + margin %d)"
+                % (self.repo_id, sha, disk["msg"], bytes_to_download, self.margin_bytes),
+                disk=disk,
+            )
+        for rf in mismatched:  # a wrong file must never stay where vLLM would load it
+            with contextlib.suppress(OSError):
+                os.remove(os.path.join(self.local_dir, rf.path))
+
+        progress = Progress(
+            self.progress_file,
+            self.progress_interval,
+            self.repo_id,
+            sha,
+            bytes_total,
+            sum(rf.size for rf in verified),
+            len(remote),
+        )
+        progress.files_done = len(verified)
+        progress.start()
+        downloaded = 0
+        refetched = []
+        state = "failed"
+        try:
+            if to_fetch:
+                session = self.hub.utils.get_session()
+                workers = min(self.max_workers, len(to_fetch))
+                # Largest first: the long poles start early.
+                order = sorted(to_fetch, key=lambda rf: -rf.size)
+                with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+                    futures = {
+                        pool.submit(self._fetch_verified, session, sha, rf, progress): rf
+                        for rf in order
+                    }
+                    errors = []
+                    for fut in concurrent.futures.as_completed(futures):
+                        try:
+                            n, again = fut.result()
+                        except DownloadError as e:
+                            self.cancel.set()
+                            errors.append(e)
+                            continue
+                        downloaded += n
+                        if again:
+                            refetched.append(futures[fut].path)
+                    real = [e for e in errors if e.msg != "cancelled"]
+                    if real:
+                        raise real[0]
+            self._final_check(remote)
+            state = "done"
+        finally:
+            progress.stop(state)
+
+        now = time.time()
+        files_entry = {}
+        for rf in remote:
+            st = os.stat(os.path.join(self.local_dir, rf.path))
+            entry = rf.as_dict()
+            entry["mtime_ns"] = st.st_mtime_ns
+            files_entry[rf.path] = entry
+        write_json_atomic(
+            manifest_path(self.local_dir),
+            {
+                "version": MANIFEST_VERSION,
+                "repo_id": self.repo_id,
+                "revision": sha,
+                "revision_requested": self.revision,
+                "endpoint": self.endpoint,
+                "allow_patterns": self.allow_patterns,
+                "ignore_patterns": self.ignore_patterns,
+                "verified_at": now,
+                "bytes_total": bytes_total,
+                "files": files_entry,
+            },
+        )
+        result.update(
+            changed=changed,
+            bytes_downloaded=downloaded,
+            files_refetched=sorted(refetched),
+            retries_used=self.retries_used,
+            seconds=round(time.monotonic() - t0, 3),
+        )
+        return result
+
+    def _final_check(self, remote):
+        """Never report ok with a missing or short file."""
+        for rf in remote:
+            got = file_size(os.path.join(self.local_dir, rf.path))
+            if got != rf.size:
+                raise DownloadError(
+                    "%s is %d bytes on disk, the Hub lists %d" % (rf.path, got, rf.size)
+                )
+
+
+def read_token(token, token_file):
+    """Token from the option or from a file (first line); never logged."""
+    if token:
+        return token.strip()
+    if token_file:
+        try:
+            with open(token_file) as f:
+                return f.read().strip() or None
+        except OSError as e:
+            raise DownloadError("cannot read token_file %s: %s" % (token_file, e.strerror)) from e
+    return None
+

@@ -1,0 +1,256 @@
+#!/usr/bin/python
+# Copyright: vllm-fleet contributors
+# Apache License 2.0
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: hf_download
+short_description: Resumable, verified download of a Hugging Face model repo
+version_added: "0.1.0"
+description:
+  - Resolves O(revision) to its commit sha with huggingface_hub, fetches every file of the repo
+    (filtered by O(allow_patterns) / O(ignore_patterns)) into O(local_dir) with HTTP Range into a
+    stable per-file partial under C(<local_dir>/.cache/vllm-fleet/partial/), so a killed run
+    resumes inside the file.
+  - Retries 5xx answers and connection errors with exponential backoff.
+  - Verifies every file's size and sha256 (LFS files) or git blob id (others) against the Hub's
+    metadata at that revision; a mismatching file is deleted and fetched once more, then the task
+    fails naming it. Never returns ok with a missing or short file.
+  - Writes C(.vllm-fleet-manifest.json) next to the model so a later run trusts unchanged files
+    (same size and mtime) without re-hashing unless O(reverify=true).
+  - Takes a lock per model directory; a second run waits for the first, then finds the files
+    verified.
+  - Removes orphaned C(*.incomplete) files that huggingface_hub leaves after a kill.
+  - Fails before the first byte when the filesystem lacks the bytes still to download plus
+    O(margin_bytes).
+  - Runs on the target under an interpreter that has huggingface_hub (a tools virtualenv);
+    set C(ansible_python_interpreter) for this task.
+author:
+  - vllm-fleet contributors
+options:
+  repo_id:
+    description: Repository id, C(org/name).
+    type: str
+    required: true
+  revision:
+    description: Branch, tag or 40-hex commit sha. The resolved sha is what gets recorded.
+    type: str
+    default: main
+  local_dir:
+    description: Directory the files land in (created if missing).
+    type: path
+    required: true
+  allow_patterns:
+    description: Glob patterns of files to fetch (huggingface_hub semantics). All files if unset.
+    type: list
+    elements: str
+  ignore_patterns:
+    description: Glob patterns of files to skip.
+    type: list
+    elements: str
+  endpoint:
+    description: Hub endpoint (a mirror), like C(HF_ENDPOINT). Defaults to huggingface_hub's.
+    type: str
+  token:
+    description: Hugging Face token. Never logged.
+    type: str
+  token_file:
+    description: File whose first line is the token (keep it mode 0600).
+    type: path
+  hf_home:
+    description: HF_HOME for huggingface_hub (token lookup, cache whose orphans are cleaned).
+    type: path
+  reverify:
+    description: Hash every file again even when the manifest vouches for it.
+    type: bool
+    default: false
+  max_workers:
+    description: Files fetched and hashed in parallel.
+    type: int
+    default: 8
+  retries:
+    description: Retries per file (and per metadata call) on 5xx or connection errors.
+    type: int
+    default: 5
+  retry_backoff:
+    description: First backoff in seconds; doubles each retry, capped at 60.
+    type: float
+    default: 2.0
+  progress_file:
+    description: JSON file rewritten every O(progress_interval) seconds with bytes done/total,
+      rate (bytes/s) and ETA (seconds).
+    type: path
+  progress_interval:
+    description: Seconds between progress file writes.
+    type: float
+    default: 10.0
+  margin_bytes:
+    description: Free bytes to keep on the filesystem beyond what the download needs.
+    type: int
+    default: 1073741824
+attributes:
+  check_mode:
+    support: full
+    details: Resolves the revision, hashes unverified local files and reports the bytes that
+      would be fetched; writes nothing.
+  diff_mode:
+    support: full
+    details: Shows the recorded revision and the files to fetch before and after.
+notes:
+  - Needs huggingface_hub importable by the task's interpreter.
+  - Check mode reads local files to hash them when the manifest does not vouch for them.
+"""
+
+EXAMPLES = r"""
+- name: Download MiniMax-M2.5 NVFP4 into the models root
+  vars:
+    ansible_python_interpreter: /opt/vllm-fleet/tools/bin/python
+  vllm_fleet.fleet.hf_download:
+    repo_id: nvidia/MiniMax-M2.5-NVFP4
+    revision: main
+    local_dir: /srv/models/nvidia--MiniMax-M2.5-NVFP4
+    token_file: /etc/vllm-fleet/hf_token
+    hf_home: /srv/models/.hf
+    allow_patterns: ["*.json", "*.safetensors", "*.py", "tokenizer*"]
+    progress_file: /run/vllm-fleet/download-minimax.json
+  async: 86400
+  poll: 30
+
+- name: Report what a download would fetch
+  vllm_fleet.fleet.hf_download:
+    repo_id: org/tiny-llama
+    local_dir: /srv/models/org--tiny-llama
+    endpoint: http://127.0.0.1:8765
+  check_mode: true
+  register: plan
+"""
+
+RETURN = r"""
+changed:
+  description: True only when bytes were fetched, files replaced or orphans removed.
+  type: bool
+  returned: always
+revision:
+  description: Commit sha the revision resolved to.
+  type: str
+  returned: success
+  sample: 2f3c8a1e5b7d9c0a4e6f8b1d3c5a7e9f0b2d4c6a
+files:
+  description: Number of files of the repo (after patterns).
+  type: int
+  returned: success
+bytes_total:
+  description: Sum of the files' sizes, in bytes.
+  type: int
+  returned: success
+bytes_downloaded:
+  description: Body bytes received in this run, in bytes (0 in check mode).
+  type: int
+  returned: success
+bytes_to_download:
+  description: Bytes still missing when the run started (partials counted as present), in bytes.
+  type: int
+  returned: success
+files_to_fetch:
+  description: Files that were (or in check mode would be) fetched.
+  type: list
+  elements: str
+  returned: success
+files_mismatched:
+  description: Local files whose hash did not match and were replaced.
+  type: list
+  elements: str
+  returned: success
+orphans_removed:
+  description: Orphaned partial files removed (would be, in check mode).
+  type: list
+  elements: str
+  returned: success
+seconds:
+  description: Wall time of the run, in seconds.
+  type: float
+  returned: always
+manifest:
+  description: Path of the manifest written next to the model.
+  type: str
+  returned: success
+disk:
+  description: Free-space check, bytes (need_bytes includes margin_bytes; free_bytes at path).
+  type: dict
+  returned: success
+  sample: {path: /srv/models/x, need_bytes: 1073741824, free_bytes: 5368709120, ok: true}
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.hf_download import (
+    DownloadError,
+    HfDownloader,
+    read_token,
+)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "repo_id": {"type": "str", "required": True},
+            "revision": {"type": "str", "default": "main"},
+            "local_dir": {"type": "path", "required": True},
+            "allow_patterns": {"type": "list", "elements": "str"},
+            "ignore_patterns": {"type": "list", "elements": "str"},
+            "endpoint": {"type": "str"},
+            "token": {"type": "str", "no_log": True},
+            "token_file": {"type": "path"},
+            "hf_home": {"type": "path"},
+            "reverify": {"type": "bool", "default": False},
+            "max_workers": {"type": "int", "default": 8},
+            "retries": {"type": "int", "default": 5},
+            "retry_backoff": {"type": "float", "default": 2.0},
+            "progress_file": {"type": "path"},
+            "progress_interval": {"type": "float", "default": 10.0},
+            "margin_bytes": {"type": "int", "default": 1073741824},
+        },
+        mutually_exclusive=[("token", "token_file")],
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        token = read_token(p["token"], p["token_file"])
+        downloader = HfDownloader(
+            repo_id=p["repo_id"],
+            local_dir=p["local_dir"],
+            revision=p["revision"],
+            allow_patterns=p["allow_patterns"],
+            ignore_patterns=p["ignore_patterns"],
+            endpoint=p["endpoint"],
+            token=token,
+            hf_home=p["hf_home"],
+            reverify=p["reverify"],
+            max_workers=p["max_workers"],
+            retries=p["retries"],
+            backoff=p["retry_backoff"],
+            backoff_max=60.0,
+            progress_file=p["progress_file"],
+            progress_interval=p["progress_interval"],
+            margin_bytes=p["margin_bytes"],
+            check_mode=module.check_mode,
+        )
+        result = downloader.run()
+    except DownloadError as e:
+        module.fail_json(msg=e.msg, repo_id=p["repo_id"], revision=p["revision"], **e.details)
+    except Exception as e:  # noqa: BLE001 - any other failure becomes a one-line fail_json
+        module.fail_json(
+            msg="hf_download of %s@%s failed: %s: %s"
+            % (p["repo_id"], p["revision"], type(e).__name__, e)
+        )
+    if not module._diff:
+        result.pop("diff", None)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

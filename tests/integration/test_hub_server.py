@@ -1,0 +1,216 @@
+"""lab/hub_server.py against the real huggingface_hub 2.4 client (and raw HTTP for Range/faults)."""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+hf = pytest.importorskip("huggingface_hub")
+from huggingface_hub import HfApi, hf_hub_download, snapshot_download  # noqa: E402
+from huggingface_hub.errors import (  # noqa: E402
+    GatedRepoError,
+    HfHubHTTPError,
+    RemoteEntryNotFoundError,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
+
+SERVER = os.path.join(os.path.dirname(__file__), "..", "..", "lab", "hub_server.py")
+
+
+def _sha256(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_model_info_with_blobs_lists_sizes_and_lfs(hub):
+    info = HfApi(endpoint=hub.url).model_info("org/small", files_metadata=True)
+    by_name = {s.rfilename: s for s in info.siblings}
+    assert set(by_name) == set(hub.sizes["org/small"])
+    shard = by_name["model-00001-of-00002.safetensors"]
+    assert shard.size == 12 * 1024 * 1024
+    assert shard.lfs.sha256 == _sha256(hub.root / "org/small/model-00001-of-00002.safetensors")
+    assert by_name["config.json"].lfs is None
+    assert len(info.sha) == 40
+
+
+def test_commit_sha_is_stable_and_tag_and_sha_resolve(hub):
+    api = HfApi(endpoint=hub.url)
+    sha = api.model_info("org/small").sha
+    assert api.model_info("org/small", revision="v1.0").sha == sha
+    assert api.model_info("org/small", revision=sha).sha == sha
+    assert api.model_info("org/big").sha != sha
+
+
+def test_snapshot_download_local_dir_and_verify_checksums(hub, tmp_path):
+    local = tmp_path / "m"
+    snapshot_download(
+        "org/small", local_dir=local, endpoint=hub.url, cache_dir=tmp_path / "c", max_workers=2
+    )
+    for rel, size in hub.sizes["org/small"].items():
+        assert (local / rel).stat().st_size == size
+    result = HfApi(endpoint=hub.url).verify_repo_checksums("org/small", local_dir=local)
+    assert result.checked_count == len(hub.sizes["org/small"])
+    assert result.mismatches == []
+    assert result.missing_paths == []
+    # flip one byte: the library's own verifier sees it
+    shard = local / "model-00002-of-00002.safetensors"
+    data = bytearray(shard.read_bytes())
+    data[1000] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    result = HfApi(endpoint=hub.url).verify_repo_checksums("org/small", local_dir=local)
+    assert [m["path"] for m in result.mismatches] == ["model-00002-of-00002.safetensors"]
+
+
+def test_tree_and_paths_info(hub):
+    api = HfApi(endpoint=hub.url)
+    tree = {e.path: e for e in api.list_repo_tree("org/small", recursive=True)}
+    assert "extra" in tree
+    assert tree["extra/notes.txt"].size == 6
+    top = {e.path for e in api.list_repo_tree("org/small")}
+    assert "extra/notes.txt" not in top
+    assert "extra" in top
+    info = api.get_paths_info("org/small", ["config.json", "extra", "missing.bin"])
+    assert [e.path for e in info] == ["config.json", "extra"]
+
+
+def test_hf_hub_download_in_cache_mode(hub, tmp_path):
+    path = hf_hub_download("org/small", "extra/notes.txt", endpoint=hub.url, cache_dir=tmp_path)
+    assert open(path).read() == "notes\n"  # noqa: SIM115
+
+
+@pytest.mark.parametrize(
+    ("repo", "rev", "filename", "error"),
+    [
+        ("org/nope", "main", "config.json", RepositoryNotFoundError),
+        ("org/small", "v9", "config.json", RevisionNotFoundError),
+        ("org/small", "main", "nope.json", RemoteEntryNotFoundError),
+        ("org/gated", "main", "config.json", GatedRepoError),
+    ],
+)
+def test_errors_map_to_the_librarys_exceptions(hub, tmp_path, repo, rev, filename, error):  # noqa: PLR0917
+    with pytest.raises(error):
+        hf_hub_download(repo, filename, revision=rev, endpoint=hub.url, cache_dir=tmp_path)
+
+
+def test_gated_repo_with_token_downloads(hub, tmp_path):
+    path = hf_hub_download(
+        "org/gated",
+        "config.json",
+        endpoint=hub.url,
+        cache_dir=tmp_path,
+        token="hf_test",  # noqa: S106 - the lab server accepts any token
+    )
+    assert json.loads(open(path).read()) == {"gated": True}  # noqa: SIM115
+
+
+def _get(url, headers=None):
+    req = urllib.request.Request(url, headers=headers or {})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return r.status, dict(r.headers), r.read()
+
+
+def test_range_requests_and_byte_counter(hub):
+    url = hub.url + "/org/small/resolve/main/model-00001-of-00002.safetensors"
+    full = (hub.root / "org/small/model-00001-of-00002.safetensors").read_bytes()
+    status, headers, body = _get(url, {"Range": "bytes=100-199"})
+    assert status == 206
+    assert body == full[100:200]
+    assert headers["Content-Range"] == f"bytes 100-199/{len(full)}"
+    status, headers, body = _get(url, {"Range": f"bytes={len(full) - 10}-"})
+    assert body == full[-10:]
+    with pytest.raises(urllib.error.HTTPError) as exc:
+        _get(url, {"Range": f"bytes={len(full)}-"})
+    assert exc.value.code == 416
+    stats = hub.stats()
+    assert stats["bytes_sent"]["org/small/model-00001-of-00002.safetensors"] == 110
+    assert [r["range"] for r in stats["ranges"]] == ["bytes=100-199", f"bytes={len(full) - 10}-"]
+
+
+def test_fault_fail_file_counts_down_then_serves(hub):
+    hub.faults(fail_file={"config.json": {"count": 2, "status": 503}})
+    url = hub.url + "/org/small/resolve/main/config.json"
+    for _ in range(2):
+        with pytest.raises(urllib.error.HTTPError) as exc:
+            _get(url)
+        assert exc.value.code == 503
+    assert _get(url)[0] == 200
+
+
+def test_fault_revision_api_500_reaches_the_client(hub):
+    hub.faults(fail_revision={"count": -1, "status": 500})
+    with pytest.raises(HfHubHTTPError) as exc:
+        HfApi(endpoint=hub.url).model_info("org/small")
+    assert exc.value.response.status_code == 500
+
+
+def test_fault_drop_after_closes_mid_body(hub):
+    hub.faults(drop_after={"model-00001-of-00002.safetensors": {"bytes": 300000, "count": 1}})
+    url = hub.url + "/org/small/resolve/main/model-00001-of-00002.safetensors"
+    with pytest.raises(Exception):  # noqa: B017, PT011 - http.client raises IncompleteRead
+        _get(url)
+    assert hub.stats()["bytes_sent"]["org/small/model-00001-of-00002.safetensors"] == 300000
+
+
+def test_throttle_limits_rate(hub):
+    hub.faults(throttle_bps=4 * 1024 * 1024)
+    t0 = time.monotonic()
+    _get(hub.url + "/org/small/resolve/main/original/consolidated.pth")
+    elapsed = time.monotonic() - t0
+    assert elapsed >= 0.45  # 2 MiB at 4 MiB/s
+
+
+def test_cli_serves_with_env_endpoint_and_pidfile(hub_root, tmp_path):
+    root, _sizes = hub_root
+    pidfile = tmp_path / "hub.pid"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            SERVER,
+            "--root",
+            str(root),
+            "--port",
+            "0",
+            "--pidfile",
+            str(pidfile),
+            "--fail-file",
+            "README.md:1:502",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = proc.stdout.readline()
+        url = line.strip().rsplit(" ", 1)[-1]
+        assert url.startswith("http://127.0.0.1:")
+        assert int(pidfile.read_text()) == proc.pid
+        env = dict(os.environ, HF_ENDPOINT=url, HF_HOME=str(tmp_path / "hf"))
+        env["HF_HUB_DISABLE_XET"] = "1"
+        code = (
+            "from huggingface_hub import snapshot_download, HfApi;"
+            "import sys;"
+            "d = snapshot_download('org/small', local_dir=sys.argv[1], allow_patterns=['*.json']);"
+            "r = HfApi().verify_repo_checksums('org/small', local_dir=d);"
+            "print(r.checked_count, len(r.mismatches))"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code, str(tmp_path / "m")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        assert out.stdout.split()[-2:] == ["2", "0"]
+        with pytest.raises(urllib.error.HTTPError) as exc:
+            _get(url + "/org/small/resolve/main/README.md")
+        assert exc.value.code == 502
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert not pidfile.exists()
