@@ -27,6 +27,7 @@ mmdebstrap --quiet --variant=minbase \
   --include=systemd,systemd-sysv,dbus,python3,python3-apt,python3-venv,sudo,iproute2,procps,ca-certificates,curl \
   --customize-hook='chroot "$1" systemctl mask getty.target systemd-logind.service apt-daily.timer apt-daily-upgrade.timer systemd-timesyncd.service e2scrub_reap.service' \
   --customize-hook='truncate -s 0 "$1/etc/machine-id"' \
+  --customize-hook='touch -d @0 "$1/var/lib/apt/lists"' \
   bookworm "$work/rootfs.tar" \
   "deb $mirror bookworm main" "deb $mirror bookworm-updates main"
 docker import "$work/rootfs.tar" "$image-base" >/dev/null

@@ -4,6 +4,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.serve_args import (
     systemd_exec_line,
+    systemd_quote,
     vllm_serve_argv,
 )
 
@@ -37,4 +38,5 @@ class FilterModule:
         return {
             "vllm_serve_argv": _vllm_serve_argv,
             "systemd_exec_line": _systemd_exec_line,
+            "systemd_quote": systemd_quote,
         }
