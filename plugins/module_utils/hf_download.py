@@ -48,7 +48,7 @@ MANIFEST_NAME = ".vllm-fleet-manifest.json"
 STATE_DIR = os.path.join(".cache", "vllm-fleet")
 PARTIAL_DIR = os.path.join(STATE_DIR, "partial")
 LOCK_NAME = os.path.join(STATE_DIR, "lock")
-CHUNK = 4 * 1024 * 1024
+CHUNK = 1024 * 1024
 MANIFEST_VERSION = 1
 _SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 
@@ -229,7 +229,7 @@ def model_lock(local_dir, wait=True):
 class Progress(object):
     """Thread-safe byte counters, written as JSON to a file every `interval` seconds."""
 
-    def __init__(self, path, interval, repo_id, revision, total, done, files_total):
+    def __init__(self, path, interval, *, repo_id, revision, total, done, files_total):
         self.path = path
         self.interval = interval
         self.lock = threading.Lock()
@@ -397,6 +397,7 @@ class HfDownloader(object):
         self,
         repo_id,
         local_dir,
+        *,
         revision="main",
         allow_patterns=None,
         ignore_patterns=None,
@@ -450,7 +451,7 @@ class HfDownloader(object):
                 return fn()
             except DownloadError:
                 raise
-            except Exception as e:  # noqa: BLE001 - classified below, re-raised if not transient
+            except Exception as e:
                 if not _is_transient(self.hub, e) or attempt >= self.retries:
                     raise
                 with self._retry_lock:
@@ -467,14 +468,12 @@ class HfDownloader(object):
         api = self._api()
         try:
             info = self._with_retries(lambda: api.model_info(self.repo_id, revision=self.revision))
-            sha = info.sha
-            if not sha or not _SHA_RE.match(sha):
-                raise DownloadError(
-                    "the Hub answered no commit sha for %s@%s" % (self.repo_id, self.revision)
+            sha = info.sha or ""
+            entries = []
+            if _SHA_RE.match(sha):
+                entries = self._with_retries(
+                    lambda: list(api.list_repo_tree(self.repo_id, recursive=True, revision=sha)),
                 )
-            entries = self._with_retries(
-                lambda: list(api.list_repo_tree(self.repo_id, recursive=True, revision=sha)),
-            )
         except DownloadError:
             raise
         except Exception as e:
@@ -484,6 +483,10 @@ class HfDownloader(object):
                     + ("; nothing on disk was trusted" if _is_transient(self.hub, e) else "")
                 ) from e
             raise
+        if not _SHA_RE.match(sha):
+            raise DownloadError(
+                "the Hub answered no commit sha for %s@%s" % (self.repo_id, self.revision)
+            )
         files = {}
         for e in entries:
             if not hasattr(e, "blob_id"):
@@ -538,7 +541,7 @@ class HfDownloader(object):
                     remaining -= len(chunk)
         return h, have
 
-    def _stream_once(self, session, url, headers, part, rf, progress, state):
+    def _stream_once(self, session, url, headers, part, rf, progress, state):  # noqa: PLR0917
         """One GET of the missing bytes into the partial; returns bytes written."""
         h, have = state["hasher"], state["have"]
         req_headers = dict(headers)
@@ -571,6 +574,7 @@ class HfDownloader(object):
                     have += len(chunk)
                     written += len(chunk)
                     state["have"] = have
+                    state["written"] += len(chunk)
                     progress.add(len(chunk))
                 out.flush()
                 os.fsync(out.fileno())
@@ -590,13 +594,12 @@ class HfDownloader(object):
         headers = self._headers()
         h, have = self._prime_hasher(part, rf)
         progress.add(have)
-        state = {"hasher": h, "have": have}
-        written = 0
+        state = {"hasher": h, "have": have, "written": 0}
         attempt = 0
         while state["have"] < rf.size or (rf.size == 0 and not os.path.exists(part)):
             before = state["have"]
             try:
-                written += self._stream_once(session, url, headers, part, rf, progress, state)
+                self._stream_once(session, url, headers, part, rf, progress, state)
             except DownloadError:
                 raise
             except Exception as e:
@@ -627,7 +630,7 @@ class HfDownloader(object):
                         + " (file %s)" % rf.path
                     ) from e
                 attempt = self._retry_or_fail(rf, e, attempt, before, state)
-        return written, state["hasher"].hexdigest(), part
+        return state["written"], state["hasher"].hexdigest(), part
 
     def _retry_or_fail(self, rf, exc, attempt, before, state):
         """Progress since the last try resets the count; otherwise back off or give up."""
@@ -692,7 +695,7 @@ class HfDownloader(object):
                 to_fetch.append(rf)
         return trusted, to_hash, to_fetch
 
-    def _run_locked(self, t0, waited):  # noqa: C901, PLR0912, PLR0915
+    def _run_locked(self, t0, waited):  # noqa: C901, PLR0915
         sha, remote = self.resolve()
         manifest = load_manifest(self.local_dir)
         trusted, to_hash, to_fetch = self._classify_local(sha, remote, manifest)
@@ -760,11 +763,11 @@ class HfDownloader(object):
         progress = Progress(
             self.progress_file,
             self.progress_interval,
-            self.repo_id,
-            sha,
-            bytes_total,
-            sum(rf.size for rf in verified),
-            len(remote),
+            repo_id=self.repo_id,
+            revision=sha,
+            total=bytes_total,
+            done=sum(rf.size for rf in verified),
+            files_total=len(remote),
         )
         progress.files_done = len(verified)
         progress.start()
@@ -853,4 +856,3 @@ def read_token(token, token_file):
         except OSError as e:
             raise DownloadError("cannot read token_file %s: %s" % (token_file, e.strerror)) from e
     return None
-

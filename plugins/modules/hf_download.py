@@ -186,7 +186,6 @@ disk:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.hf_download import (
     DownloadError,
     HfDownloader,
@@ -247,7 +246,7 @@ def main():
             msg="hf_download of %s@%s failed: %s: %s"
             % (p["repo_id"], p["revision"], type(e).__name__, e)
         )
-    if not module._diff:
+    if not module._diff:  # noqa: SLF001 - AnsibleModule exposes diff mode only as _diff
         result.pop("diff", None)
     module.exit_json(**result)
 

@@ -10,8 +10,8 @@ import pytest
 
 pytest.importorskip("huggingface_hub")
 
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import hf_download  # noqa: E402
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.hf_download import (  # noqa: E402
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils import hf_download
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.hf_download import (
     DownloadError,
 )
 
@@ -69,11 +69,17 @@ def test_download_verifies_and_second_run_trusts_manifest(hub, download, tmp_pat
 
 
 def test_patterns_filter_files(hub, download, tmp_path):
-    r = download(SMALL, tmp_path / "m", allow_patterns=["*.json", "*.safetensors"],
-                 ignore_patterns=["model-00002*"])
-    got = sorted(p.relative_to(tmp_path / "m").as_posix()
-                 for p in (tmp_path / "m").rglob("*") if p.is_file() and ".cache" not in p.parts
-                 and p.name != ".vllm-fleet-manifest.json")
+    r = download(
+        SMALL,
+        tmp_path / "m",
+        allow_patterns=["*.json", "*.safetensors"],
+        ignore_patterns=["model-00002*"],
+    )
+    got = sorted(
+        p.relative_to(tmp_path / "m").as_posix()
+        for p in (tmp_path / "m").rglob("*")
+        if p.is_file() and ".cache" not in p.parts and p.name != ".vllm-fleet-manifest.json"
+    )
     assert got == ["config.json", "model-00001-of-00002.safetensors", "tokenizer.json"]
     assert r["files"] == 3
 

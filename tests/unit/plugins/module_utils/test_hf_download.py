@@ -1,0 +1,113 @@
+"""Pure parts of module_utils/hf_download.py (no server)."""
+
+import hashlib
+import json
+import os
+import sys
+
+import pytest
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils import hf_download as m
+
+
+def test_git_blob_id_matches_git_and_huggingface_hub(tmp_path):
+    f = tmp_path / "x"
+    f.write_bytes(b"Hello, World!")
+    # `printf 'Hello, World!' | git hash-object --stdin`
+    assert m.hash_file(str(f), "git-sha1", 13) == "b45ef6fec89518d314f546fd6c3025367b721684"
+    hf = pytest.importorskip("huggingface_hub.utils.sha")
+    assert m.hash_file(str(f), "git-sha1", 13) == hf.git_hash(b"Hello, World!")
+
+
+def test_sha256_and_parallel_verify(tmp_path):
+    pairs = []
+    for i in range(5):
+        data = os.urandom(300_000 + i)
+        p = tmp_path / f"f{i}"
+        p.write_bytes(data)
+        rf = m.RemoteFile(f"f{i}", len(data), "b" * 40, hashlib.sha256(data).hexdigest())
+        pairs.append((rf, str(p)))
+    got = m.verify_files(pairs, workers=3)
+    assert got == {rf.path: rf.expected for rf, _ in pairs}
+
+
+def test_remote_file_picks_algorithm():
+    assert m.RemoteFile("a", 1, "AB" * 20).algorithm == "git-sha1"
+    assert m.RemoteFile("a", 1, "AB" * 20).expected == "ab" * 20
+    assert m.RemoteFile("a", 1, "ab" * 20, "CD" * 32).expected == "cd" * 32
+
+
+def _manifest_for(tmp_path, rf, revision="a" * 40):
+    p = tmp_path / rf.path
+    entry = rf.as_dict()
+    entry["mtime_ns"] = p.stat().st_mtime_ns
+    return {"version": 1, "revision": revision, "files": {rf.path: entry}}
+
+
+def test_manifest_trust_needs_same_revision_size_hash_and_mtime(tmp_path):
+    (tmp_path / "w.bin").write_bytes(b"x" * 10)
+    rf = m.RemoteFile("w.bin", 10, "c" * 40)
+    manifest = _manifest_for(tmp_path, rf)
+    local = str(tmp_path / "w.bin")
+    assert m.trusted_by_manifest(manifest, "a" * 40, rf, local) is True
+    assert m.trusted_by_manifest(manifest, "b" * 40, rf, local) is False
+    assert (
+        m.trusted_by_manifest(manifest, "a" * 40, m.RemoteFile("w.bin", 10, "d" * 40), local)
+        is False
+    )
+    os.utime(local, ns=(0, 12345))
+    assert m.trusted_by_manifest(manifest, "a" * 40, rf, local) is False
+
+
+def test_manifest_of_other_version_is_ignored(tmp_path):
+    (tmp_path / m.MANIFEST_NAME).write_text(json.dumps({"version": 0, "revision": "x"}))
+    assert m.load_manifest(str(tmp_path)) == {}
+    (tmp_path / m.MANIFEST_NAME).write_text("{not json")
+    assert m.load_manifest(str(tmp_path)) == {}
+
+
+def test_partial_name_is_stable_and_content_keyed(tmp_path):
+    a = m.RemoteFile("sub/x.safetensors", 5, "b" * 40, "0123456789abcdef" + "f" * 48)
+    p = m.partial_path(str(tmp_path), a)
+    assert p == str(
+        tmp_path / ".cache/vllm-fleet/partial/sub/x.safetensors.0123456789abcdef.partial"
+    )
+    assert m.partial_path(str(tmp_path), a) == p
+
+
+def test_lock_is_exclusive_across_processes(tmp_path):
+    import subprocess  # noqa: PLC0415
+
+    with m.model_lock(str(tmp_path)) as waited:
+        assert waited < 1
+        code = (
+            "import fcntl, os, sys\n"
+            "fd = os.open(sys.argv[1], os.O_RDWR)\n"
+            "try:\n    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n    print('free')\n"
+            "except OSError:\n    print('held')\n"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code, str(tmp_path / m.LOCK_NAME)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert out.stdout.strip() == "held"
+        assert (tmp_path / m.LOCK_NAME).read_text().strip() == str(os.getpid())
+
+
+def test_missing_huggingface_hub_is_a_clear_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)
+    with pytest.raises(
+        m.DownloadError, match="huggingface_hub is not importable by this interpreter"
+    ):
+        m.import_hub()
+
+
+def test_read_token_prefers_option_and_reads_file(tmp_path):
+    f = tmp_path / "tok"
+    f.write_text("hf_abc\n")
+    assert m.read_token(None, str(f)) == "hf_abc"
+    assert m.read_token(" hf_x ", None) == "hf_x"
+    assert m.read_token(None, None) is None
+    with pytest.raises(m.DownloadError, match="cannot read token_file"):
+        m.read_token(None, str(tmp_path / "missing"))
