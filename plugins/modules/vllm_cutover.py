@@ -1,6 +1,6 @@
 #!/usr/bin/python
 # Copyright: vllm-fleet contributors
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Apache License 2.0
 
 DOCUMENTATION = r"""
 ---

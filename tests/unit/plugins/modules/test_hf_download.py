@@ -69,8 +69,12 @@ def test_result_is_passed_through_and_diff_dropped_without_diff_mode(monkeypatch
 def test_disk_space_module_fails_with_need_free_path(capsys, tmp_path):
     rc, out = _run(disk_space_module, {"path": str(tmp_path / "new"), "need_bytes": 2**60}, capsys)
     assert rc == 1
-    assert out["msg"].startswith("not enough disk space: need 1152921504606846976 bytes")
+    assert out["msg"].startswith(
+        f"not enough disk space on {tmp_path} for {tmp_path / 'new'}: need 1152921504606846976 bytes"
+    )
     assert out["path"] == str(tmp_path / "new")
+    assert out["filesystem_path"] == str(tmp_path)
+    assert out["fits"] is False
     rc, out = _run(disk_space_module, {"path": str(tmp_path), "need_bytes": 1}, capsys)
     assert rc == 0
     assert out["changed"] is False
