@@ -72,3 +72,16 @@ def test_compute_apps_after_the_holder_exited_is_empty():
     assert (
         gf.parse_compute_apps((DEV / "nvidia-smi-query-compute-apps-after.csv").read_text()) == []
     )
+
+
+def test_verify_mode_run_on_the_device():
+    log = (DEV / "device-run2-verify.log").read_text()
+    assert (
+        "Verified: 1 GPU(s) NVIDIA H200, driver 580.159.04 (open), CUDA 13.0, interconnect none."
+        in log
+    )
+    assert "rc verify-pass 0" in log
+    assert "Wanted 8 GPU(s) (nvidia_driver_expected_gpu_count), found 1." in log
+    assert "rc verify-mismatch 2" in log
+    assert "found [{'index': 0, 'compute_capability': '9.0'}]" in log
+    assert "rc verify-cc 2" in log
