@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Build a signed, flat apt repository of FAKE packages named like NVIDIA's
+# (cuda-keyring, nvidia-open, cuda-drivers, nvidia-kernel-open-dkms, ...) for
+# the nvidia_driver Molecule scenarios. No driver is inside: each package holds
+# a marker file; nvidia-persistenced holds a stand-in daemon and unit.
+# Usage: build-fake-cuda-repo.sh OUT_DIR [REPO_URL_IN_TARGET]
+# Writes OUT_DIR/debian12/x86_64/{*.deb,Packages,Release,InRelease}.
+set -euo pipefail
+out=$1
+url=${2:-file:/srv/fake-cuda/debian12/x86_64/}
+repo=$out/debian12/x86_64
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+rm -rf "$out"; mkdir -p "$repo"
+
+export GNUPGHOME=$work/gnupg
+mkdir -m 700 "$GNUPGHOME"
+gpg --batch --quiet --passphrase '' --quick-gen-key 'vllm-fleet FAKE CUDA repository <lab@invalid>' ed25519 sign never
+gpg --batch --export > "$work/cuda-archive-keyring.gpg"
+
+# pkg NAME VERSION ARCH DEPENDS [extra-setup-function]
+pkg() {
+  local name=$1 version=$2 arch=$3 depends=$4 setup=${5:-}
+  local d=$work/pkg/$name-$version
+  mkdir -p "$d/DEBIAN" "$d/usr/share/doc/$name"
+  echo "FAKE $name $version for vllm-fleet tests: no NVIDIA software inside." > "$d/usr/share/doc/$name/FAKE"
+  {
+    echo "Package: $name"
+    echo "Version: $version"
+    echo "Architecture: $arch"
+    echo "Maintainer: vllm-fleet lab <lab@invalid>"
+    [ -n "$depends" ] && echo "Depends: $depends"
+    echo "Description: FAKE $name for vllm-fleet tests (no driver inside)"
+  } > "$d/DEBIAN/control"
+  [ -n "$setup" ] && "$setup" "$d" "$version"
+  dpkg-deb --root-owner-group -Zxz --build "$d" "$repo/${name}_${version}_${arch}.deb" >/dev/null
+}
+
+keyring_files() {
+  mkdir -p "$1/usr/share/keyrings" "$1/etc/apt/sources.list.d"
+  cp "$work/cuda-archive-keyring.gpg" "$1/usr/share/keyrings/cuda-archive-keyring.gpg"
+  echo "deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] $url /" \
+    > "$1/etc/apt/sources.list.d/cuda-debian12-x86_64.list"
+}
+
+persistenced_files() {
+  mkdir -p "$1/usr/bin" "$1/lib/systemd/system"
+  cat > "$1/usr/bin/nvidia-persistenced" <<'SH'
+#!/bin/sh
+# FAKE nvidia-persistenced: records its arguments, forks a sleeper like the real daemon forks.
+mkdir -p /run/nvidia-persistenced
+echo "$*" > /run/nvidia-persistenced/args
+setsid sleep infinity </dev/null >/dev/null 2>&1 &
+exit 0
+SH
+  chmod 755 "$1/usr/bin/nvidia-persistenced"
+  cat > "$1/lib/systemd/system/nvidia-persistenced.service" <<'UNIT'
+[Unit]
+Description=NVIDIA Persistence Daemon (FAKE, vllm-fleet tests)
+
+[Service]
+Type=forking
+ExecStart=/usr/bin/nvidia-persistenced --user nvidia-persistenced --no-persistence-mode --verbose
+ExecStopPost=/bin/rm -rf /run/nvidia-persistenced
+
+[Install]
+WantedBy=multi-user.target
+UNIT
+}
+
+pkg cuda-keyring 1.1-1 all "" keyring_files
+for v in 575.57.08-1 580.95.05-1 590.44.01-1; do
+  pkg nvidia-kernel-open-dkms "$v" amd64 ""
+  pkg nvidia-kernel-dkms "$v" amd64 ""
+  pkg libcuda1 "$v" amd64 ""
+  pkg libnvidia-ml1 "$v" amd64 ""
+  pkg nvidia-driver-cuda "$v" amd64 "libcuda1 (= $v), libnvidia-ml1 (= $v)"
+  pkg nvidia-persistenced "$v" amd64 "" persistenced_files
+  pkg nvidia-open "$v" amd64 "nvidia-kernel-open-dkms (= $v), nvidia-driver-cuda (= $v), nvidia-persistenced (= $v)"
+  pkg cuda-drivers "$v" amd64 "nvidia-kernel-dkms (= $v), nvidia-driver-cuda (= $v), nvidia-persistenced (= $v)"
+done
+
+cd "$repo"
+dpkg-scanpackages --multiversion . /dev/null 2>/dev/null > Packages
+size=$(stat -c %s Packages); sha=$(sha256sum Packages | cut -d' ' -f1)
+cat > Release <<REL
+Origin: vllm-fleet FAKE CUDA
+Label: vllm-fleet FAKE CUDA
+Architectures: amd64 all
+Date: $(LC_ALL=C date -u -R)
+SHA256:
+ $sha $size Packages
+REL
+gpg --batch --quiet --clearsign -o InRelease Release
+ls "$repo" | wc -l

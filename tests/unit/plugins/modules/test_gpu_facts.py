@@ -1,0 +1,98 @@
+# Copyright 2026 vllm-fleet contributors
+"""The gpu_facts module end to end: real AnsibleModule, fed through its fixture_dir seam."""
+
+import json
+
+import pytest
+from ansible.module_utils import basic
+from ansible_collections.vllm_fleet.fleet.plugins.modules import gpu_facts
+from conftest import FIXTURES
+
+H200 = FIXTURES / "gpu" / "h200x2-nvlink"
+SYNTH = FIXTURES / "gpu" / "synthetic-rtxpro6000x8-pcie"
+
+
+class _Exit(Exception):  # noqa: N818 - mirrors exit_json/fail_json
+    def __init__(self, result):
+        super().__init__(result)
+        self.result = result
+
+
+def _run(monkeypatch, args, *, check_mode=False):
+    args = dict(args)
+    if check_mode:
+        args["_ansible_check_mode"] = True
+
+    def exit_json(_self, **kwargs):
+        kwargs.setdefault("failed", False)
+        raise _Exit(kwargs)
+
+    def fail_json(_self, **kwargs):
+        kwargs["failed"] = True
+        raise _Exit(kwargs)
+
+    monkeypatch.setattr(basic.AnsibleModule, "exit_json", exit_json)
+    monkeypatch.setattr(basic.AnsibleModule, "fail_json", fail_json)
+    monkeypatch.setattr(basic, "_ANSIBLE_ARGS", json.dumps({"ANSIBLE_MODULE_ARGS": args}).encode())
+    monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy", raising=False)
+    with pytest.raises(_Exit) as caught:
+        gpu_facts.main()
+    return caught.value.result
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_module_reads_real_h200_capture(monkeypatch, check_mode):
+    result = _run(monkeypatch, {"fixture_dir": str(H200)}, check_mode=check_mode)
+    assert result["failed"] is False
+    assert result["changed"] is False
+    facts = result["gpu_facts"]
+    assert result["ansible_facts"]["gpu_facts"] == facts
+    assert facts["gpu_count"] == 2
+    assert [g["name"] for g in facts["gpus"]] == ["NVIDIA H200"] * 2
+    assert [g["compute_capability"] for g in facts["gpus"]] == ["9.0"] * 2
+    assert [g["memory_total_bytes"] for g in facts["gpus"]] == [143771 * 1024 * 1024] * 2
+    assert [g["persistence_mode"] for g in facts["gpus"]] == [True, True]
+    assert facts["topology"]["gpu_pairs"] == {"GPU0-GPU1": "NV18"}
+    assert facts["topology"]["interconnect"] == "nvlink"
+    assert facts["kernel_module"] == {"flavour": "open", "version": "580.159.04", "source": "proc"}
+
+
+def test_module_reads_synthetic_pcie_fixture(monkeypatch):
+    facts = _run(monkeypatch, {"fixture_dir": str(SYNTH)})["gpu_facts"]
+    assert facts["gpu_count"] == 8
+    assert facts["pci_gpu_count"] == 8
+    assert facts["topology"]["interconnect"] == "pcie"
+    assert facts["topology"]["worst_link"] == "SYS"
+
+
+def test_module_without_nvidia_smi_reports_zero_gpus(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    result = _run(
+        monkeypatch,
+        {
+            "nvidia_smi_path": str(tmp_path / "nvidia-smi"),
+            "proc_version_path": str(tmp_path / "version"),
+            "sysfs_pci_path": str(tmp_path / "pci"),
+        },
+    )
+    assert result["failed"] is False
+    assert result["changed"] is False
+    facts = result["gpu_facts"]
+    assert facts["gpu_count"] == 0
+    assert facts["present"] is False
+    assert facts["msg"] == "nvidia-smi not found: no NVIDIA driver userspace installed"
+    assert facts["pci_gpu_count"] is None
+
+
+def test_module_fixture_dir_missing_fails_naming_it(monkeypatch, tmp_path):
+    result = _run(monkeypatch, {"fixture_dir": str(tmp_path / "nope")})
+    assert result["failed"] is True
+    assert result["msg"] == (
+        f"fixture_dir: wanted a directory of captures, found none at {tmp_path / 'nope'}"
+    )
+
+
+def test_module_empty_fixture_dir_means_nvidia_smi_absent(monkeypatch, tmp_path):
+    facts = _run(monkeypatch, {"fixture_dir": str(tmp_path)})["gpu_facts"]
+    assert facts["gpu_count"] == 0
+    assert facts["present"] is False
