@@ -4,8 +4,8 @@ import re
 import sys
 from pathlib import Path
 
-SOURCES = [*sorted(Path("/etc/apt/sources.list.d").glob("*.sources")), Path("/etc/apt/sources.list"),
-           *sorted(Path("/etc/apt/sources.list.d").glob("*.list"))]
+_D = Path("/etc/apt/sources.list.d")
+SOURCES = [*sorted(_D.glob("*.sources")), Path("/etc/apt/sources.list"), *sorted(_D.glob("*.list"))]
 
 
 def main() -> int:

@@ -1,7 +1,6 @@
 """Filters that render vLLM serve options (see module_utils/serve_args.py)."""
 
 from ansible.errors import AnsibleFilterError
-
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.serve_args import (
     systemd_exec_line,
     systemd_quote,

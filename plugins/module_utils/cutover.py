@@ -11,7 +11,7 @@ Everything that touches the host comes in as a parameter (a run_command, an
 HTTP request function, a clock), so pytest drives the logic.
 """
 
-import datetime
+import datetime as dt
 import json
 import os
 import socket
@@ -117,7 +117,7 @@ def write_record(path, record):
 
 
 def now_iso(clock=time.time):
-    return datetime.datetime.fromtimestamp(clock(), datetime.timezone.utc).isoformat(
+    return dt.datetime.fromtimestamp(clock(), dt.timezone.utc).isoformat(
         timespec="seconds")
 
 
@@ -286,7 +286,7 @@ class Cutover:
             gate = self._timed("start_green", self._start_and_gate, self.green)
             result["green_health"] = gate
             if not gate["ok"]:
-                raise CutoverError(f"green {self.green['model']} failed its health gate "
+                raise CutoverError(f"green {self.green['model']} failed its health gate "  # noqa: TRY301
                                    f"at {gate['stage']}: {gate['detail']}")
             result["time_to_healthy_s"] = gate["seconds"]
         except CutoverError as exc:

@@ -10,6 +10,8 @@ import time
 import urllib.error
 import urllib.request
 
+HTTP_OK = 200
+
 
 class HttpResult:
     """Status, body text; `error` holds the reason when no response came."""
@@ -38,7 +40,7 @@ def urllib_request(method, url, payload=None, timeout=10.0):
         return HttpResult(error=str(reason))
 
 
-def check_once(base_url, served_model_name, smoke_prompt="Hello", max_tokens=4,
+def check_once(base_url, served_model_name, smoke_prompt="Hello", max_tokens=4,  # noqa: PLR0911
                request=urllib_request, timeout=30.0):
     """One pass of the gate. Returns (ok, stage, detail).
 
@@ -46,10 +48,10 @@ def check_once(base_url, served_model_name, smoke_prompt="Hello", max_tokens=4,
     """
     base = base_url.rstrip("/")
     res = request("GET", base + "/health", timeout=min(timeout, 10.0))
-    if res.status != 200:
+    if res.status != HTTP_OK:
         return False, "health", f"GET /health: {res.error or f'HTTP {res.status}'}"
     res = request("GET", base + "/v1/models", timeout=min(timeout, 10.0))
-    if res.status != 200:
+    if res.status != HTTP_OK:
         return False, "models", f"GET /v1/models: {res.error or f'HTTP {res.status}'}"
     try:
         names = [m.get("id") for m in json.loads(res.body).get("data", [])]
@@ -62,7 +64,7 @@ def check_once(base_url, served_model_name, smoke_prompt="Hello", max_tokens=4,
     payload = {"model": served_model_name, "prompt": smoke_prompt,
                "max_tokens": max_tokens, "temperature": 0}
     res = request("POST", base + "/v1/completions", payload, timeout=timeout)
-    if res.status != 200:
+    if res.status != HTTP_OK:
         return False, "completion", (
             f"POST /v1/completions: {res.error or f'HTTP {res.status}: {res.body[:200]}'}"
         )

@@ -304,9 +304,9 @@ def import_hub():
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     os.environ.setdefault("HF_HUB_DISABLE_XET", "1")
     try:
-        import huggingface_hub  # noqa: PLC0415
-        import huggingface_hub.errors  # noqa: PLC0415
-        import huggingface_hub.utils  # noqa: PLC0415
+        import huggingface_hub
+        import huggingface_hub.errors
+        import huggingface_hub.utils
     except ImportError as e:
         raise DownloadError(
             "huggingface_hub is not importable by this interpreter (%s): run the task with the "
@@ -541,7 +541,7 @@ class HfDownloader(object):
                     remaining -= len(chunk)
         return h, have
 
-    def _stream_once(self, session, url, headers, part, rf, progress, state):  # noqa: PLR0917
+    def _stream_once(self, session, url, headers, part, rf, progress, state):
         """One GET of the missing bytes into the partial; returns bytes written."""
         h, have = state["hasher"], state["have"]
         req_headers = dict(headers)

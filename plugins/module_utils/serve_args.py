@@ -10,6 +10,7 @@ import re
 
 # systemd splits ExecStart= on whitespace and honours C-style quotes; '%'
 # starts a specifier and '$' a variable reference, so both are doubled.
+MAX_PORT = 65535
 _PLAIN = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
 
 
@@ -58,7 +59,7 @@ def vllm_serve_argv(vllm_bin, model_dir, served_model_name, port, options=None,
             + ", ".join(clash)
             + ": the catalog entry's port and served_model_name fields own them"
         )
-    if not isinstance(port, int) or not 0 < port < 65536:
+    if not isinstance(port, int) or not 0 < port <= MAX_PORT:
         raise ValueError(f"port must be an integer 1-65535, got {port!r}")
     argv = [vllm_bin, "serve", model_dir, "--host", host, "--port", str(port),
             "--served-model-name", served_model_name]

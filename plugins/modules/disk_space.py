@@ -84,7 +84,6 @@ fits:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.disk_space import check_space
 
 

@@ -28,7 +28,7 @@ options:
   sysfs_pci_path:
     description:
       - Directory of PCI devices, read to count NVIDIA VGA (class 0300) and 3D
-        (class 0302) controllers, like C(lspci -d 10de: -n).
+        (class 0302) controllers, as C(lspci -d 10de:) would list them.
     type: path
     default: /sys/bus/pci/devices
   fixture_dir:
@@ -37,7 +37,7 @@ options:
         (C(nvidia-smi-query-gpu.csv), C(nvidia-smi-q.xml), C(nvidia-smi-topo-m.txt),
         C(nvidia-smi-query-compute-apps.csv), C(proc-driver-nvidia-version.txt),
         C(modinfo-license.txt), C(lspci-n.txt)). When set, nothing is run on the
-        host: the same parsers read these files instead. Missing files count as
+        host; the same parsers read these files instead. Missing files count as
         commands that could not run; a missing C(nvidia-smi-query-gpu.csv) means
         C(nvidia-smi) is absent.
       - Meant for labs and CI without a GPU; never set it in production.

@@ -139,7 +139,6 @@ journal:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.cutover import (
     Cutover,
     CutoverError,
@@ -187,7 +186,7 @@ def main():
         fields = dict(exc.fields)
         fields.pop("changed", None)
         module.fail_json(msg=exc.msg, changed=bool(fields.get("phases")), **fields)
-    if module._diff:
+    if module._diff:  # noqa: SLF001 - how modules read --diff
         result["diff"] = {
             "before": f"active model: {result['active_before']}\n",
             "after": f"active model: {result['active_after']}\n",

@@ -75,7 +75,7 @@ def test_revision_api_5xx_with_files_on_disk_is_not_ok(hub, download, tmp_path):
         ("org/gated", "main", r"^repository org/gated is gated \(HTTP 401 .*token"),
     ],
 )
-def test_not_found_and_gated_are_distinct_one_line_messages(  # noqa: PLR0917
+def test_not_found_and_gated_are_distinct_one_line_messages(
     hub, download, tmp_path, repo, rev, pattern
 ):
     with pytest.raises(DownloadError) as exc:

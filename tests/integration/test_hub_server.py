@@ -93,7 +93,7 @@ def test_hf_hub_download_in_cache_mode(hub, tmp_path):
         ("org/gated", "main", "config.json", GatedRepoError),
     ],
 )
-def test_errors_map_to_the_librarys_exceptions(hub, tmp_path, repo, rev, filename, error):  # noqa: PLR0917
+def test_errors_map_to_the_librarys_exceptions(hub, tmp_path, repo, rev, filename, error):
     with pytest.raises(error):
         hf_hub_download(repo, filename, revision=rev, endpoint=hub.url, cache_dir=tmp_path)
 

@@ -75,7 +75,7 @@ def test_partial_name_is_stable_and_content_keyed(tmp_path):
 
 
 def test_lock_is_exclusive_across_processes(tmp_path):
-    import subprocess  # noqa: PLC0415
+    import subprocess
 
     with m.model_lock(str(tmp_path)) as waited:
         assert waited < 1

@@ -70,7 +70,8 @@ def test_disk_space_module_fails_with_need_free_path(capsys, tmp_path):
     rc, out = _run(disk_space_module, {"path": str(tmp_path / "new"), "need_bytes": 2**60}, capsys)
     assert rc == 1
     assert out["msg"].startswith(
-        f"not enough disk space on {tmp_path} for {tmp_path / 'new'}: need 1152921504606846976 bytes"
+        f"not enough disk space on {tmp_path} for {tmp_path / 'new'}: "
+        "need 1152921504606846976 bytes"
     )
     assert out["path"] == str(tmp_path / "new")
     assert out["filesystem_path"] == str(tmp_path)
