@@ -23,11 +23,11 @@ mirror=$(python3 "$here/apt_mirror.py")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 echo "lab: mmdebstrap bookworm from $mirror"
-mmdebstrap --quiet --variant=minbase \
+# Keep the apt lists: a real host has them, and apt works in the lab at once.
+mmdebstrap --quiet --variant=minbase --skip=cleanup/apt/lists \
   --include=systemd,systemd-sysv,dbus,python3,python3-apt,python3-venv,sudo,iproute2,procps,ca-certificates,curl \
   --customize-hook='chroot "$1" systemctl mask getty.target systemd-logind.service apt-daily.timer apt-daily-upgrade.timer systemd-timesyncd.service e2scrub_reap.service' \
   --customize-hook='truncate -s 0 "$1/etc/machine-id"' \
-  --customize-hook='touch -d @0 "$1/var/lib/apt/lists"' \
   bookworm "$work/rootfs.tar" \
   "deb $mirror bookworm main" "deb $mirror bookworm-updates main"
 docker import "$work/rootfs.tar" "$image-base" >/dev/null
