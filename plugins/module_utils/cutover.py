@@ -18,6 +18,11 @@ import socket
 import tempfile
 import time
 
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import (
+    FrontDoorError,
+    drain,
+    upstream_conf,
+)
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import (
     urllib_request,
     wait_healthy,
@@ -82,6 +87,40 @@ def port_holder(host, port, run_command):
     if "users:" in detail:
         detail = detail[detail.index("users:"):]
     return f"port {port} on {host} is already taken ({detail})"
+
+
+def resolve_strategy(strategy, blue, green):
+    """`auto` is parallel when blue and green use disjoint GPU sets, else sequential."""
+    if strategy != "auto":
+        return strategy
+    if not blue:
+        return "sequential"
+    shared = set(blue.get("gpus") or []) & set(green.get("gpus") or [])
+    return "sequential" if shared else "parallel"
+
+
+def unit_pids(unit, run_command, cgroup_root="/sys/fs/cgroup"):
+    """Pids in a unit's cgroup (cgroup v2), its children included."""
+    rc, out, _err = run_command(["systemctl", "show", unit, "--property=ControlGroup", "--value"])
+    group = out.strip() if rc == 0 else ""
+    pids = set()
+    if not group:
+        return pids
+    for folder, _dirs, files in os.walk(cgroup_root + group):
+        if "cgroup.procs" in files:
+            try:
+                with open(os.path.join(folder, "cgroup.procs"), encoding="utf-8") as handle:
+                    pids.update(int(line) for line in handle if line.strip())
+            except OSError:
+                continue
+    return pids
+
+
+def foreign_gpu_processes(gpu_processes, gpus, allowed_pids):
+    """Processes holding memory on any of `gpus` that are not in `allowed_pids`."""
+    wanted = {str(g) for g in gpus or []}
+    return [p for p in gpu_processes or []
+            if str(p.get("gpu_index")) in wanted and int(p.get("pid", -1)) not in allowed_pids]
 
 
 def load_record(path):
@@ -154,9 +193,13 @@ class Cutover:
 
     def __init__(self, run_command, green, state_file, strategy="sequential", restart=False,
                  health_interval=2.0, smoke_prompt="Hello", journal_lines=40,
-                 request=urllib_request, clock=time.monotonic, wall=time.time, sleep=time.sleep):
-        if strategy not in ("sequential", "parallel"):
-            raise CutoverError(f"strategy must be sequential or parallel, got {strategy!r}")
+                 request=urllib_request, clock=time.monotonic, wall=time.time, sleep=time.sleep,
+                 frontdoor=None, drain_timeout=60.0, gpu_processes=None):
+        if strategy not in ("sequential", "parallel", "auto"):
+            raise CutoverError(f"strategy must be sequential, parallel or auto, got {strategy!r}")
+        self.frontdoor = frontdoor
+        self.drain_timeout = drain_timeout
+        self.gpu_processes = gpu_processes
         self.run = run_command
         self.systemd = Systemd(run_command)
         self.green = green
@@ -204,6 +247,15 @@ class Cutover:
             alive=self._alive(svc["unit"], baseline), clock=self.clock, sleep=self.sleep)
 
     def _preflight(self, blue):
+        if self.gpu_processes and self.green.get("gpus"):
+            allowed = unit_pids(blue["unit"], self.run) if blue else set()
+            allowed |= unit_pids(self.green["unit"], self.run)
+            foreign = foreign_gpu_processes(self.gpu_processes, self.green["gpus"], allowed)
+            if foreign:
+                held = ", ".join(f"pid {p['pid']} holds {p.get('used_memory_bytes', '?')} bytes "
+                                 f"on GPU {p['gpu_index']}" for p in foreign)
+                raise CutoverError(f"green {self.green['model']} cannot start: processes that "
+                                   f"belong to no model service hold memory on its GPUs ({held})")
         state = self.systemd.show(self.green["unit"])
         if state.get("LoadState") != "loaded":
             raise CutoverError(f"green unit {self.green['unit']} is not installed "
@@ -231,6 +283,9 @@ class Cutover:
         active = record.get("active")
         if action == "none" and not same_deployment(active, self.green):
             action = "record"
+        if action == "none" and self.frontdoor is not None and self.frontdoor.current() != \
+                upstream_conf(self.green["port"], model=self.green["model"]):
+            action = "frontdoor"
         return action, state
 
     def run_plan(self, record, check_mode=False):
@@ -239,6 +294,7 @@ class Cutover:
         blue = record.get("active")
         if blue and blue.get("model") == self.green["model"]:
             blue = None
+        self.strategy = resolve_strategy(self.strategy, blue, self.green)
         result = {
             "action": action,
             "strategy": self.strategy,
@@ -252,8 +308,10 @@ class Cutover:
         }
         if check_mode or action == "none":
             return result
-        if action == "record":
-            write_record(self.state_file, self._record(record, record.get("previous")))
+        if action in ("record", "frontdoor"):
+            self._point_green()
+            if action == "record":
+                write_record(self.state_file, self._record(record, record.get("previous")))
             result["active_before"] = self.green["model"]
             return result
         if action in ("start", "restart"):
@@ -269,18 +327,35 @@ class Cutover:
                     f"back to and it is now stopped",
                     journal=self.systemd.journal(self.green["unit"], since, self.journal_lines),
                     **result)
+            self._point_green()
             self.systemd.act("enable", self.green["unit"])
             write_record(self.state_file, self._record(record, record.get("previous")))
             result["time_to_healthy_s"] = gate["seconds"]
             return result
         return self._switch(record, blue, result, state)
 
+    def _point_green(self):
+        if self.frontdoor is not None:
+            self._timed("frontdoor", self.frontdoor.point, self.green["port"],
+                        self.green["model"], self.green["served_model_name"])
+
+    def _drain(self, svc, result, key):
+        outcome = drain(svc["url"], self.drain_timeout, request=self.request, clock=self.clock,
+                        sleep=self.sleep)
+        result[key] = outcome
+        return outcome
+
     def _switch(self, record, blue, result, state):
         self._timed("preflight", self._preflight, blue)
         blue_stopped = False
+        down_since = None
         started_at = self.wall()
         try:
             if blue and self.strategy == "sequential":
+                if self.frontdoor is not None:
+                    self._timed("frontdoor", self.frontdoor.point, None)
+                    down_since = self.clock()
+                self._timed("drain_blue", self._drain, blue, result, "blue_drain")
                 self._timed("stop_blue", self.systemd.act, "stop", blue["unit"])
                 blue_stopped = True
             gate = self._timed("start_green", self._start_and_gate, self.green)
@@ -289,13 +364,17 @@ class Cutover:
                 raise CutoverError(f"green {self.green['model']} failed its health gate "  # noqa: TRY301
                                    f"at {gate['stage']}: {gate['detail']}")
             result["time_to_healthy_s"] = gate["seconds"]
-        except CutoverError as exc:
-            result.update(exc.fields)
+            self._point_green()
+        except (CutoverError, FrontDoorError) as exc:
+            msg = getattr(exc, "msg", str(exc))
+            result.update(getattr(exc, "fields", {}))
             result["journal"] = self.systemd.journal(self.green["unit"], started_at - 1,
                                                      self.journal_lines)
             self._timed("rollback", self._rollback, blue, blue_stopped, result)
+            if down_since is not None:
+                result["downtime_s"] = round(self.clock() - down_since, 2)
             raise CutoverError(
-                f"cutover to {self.green['model']} failed: {exc.msg}. "
+                f"cutover to {self.green['model']} failed: {msg}. "
                 + (f"Rolled back: {blue['model']} is serving again."
                    if blue and result.get("blue_health", {}).get("ok", True)
                    else "No previous model to roll back to."
@@ -303,9 +382,11 @@ class Cutover:
                    f"Rollback FAILED: {blue['model']} did not pass its health gate either "
                    f"({result['blue_health']['detail']})."),
                 **result) from None
+        result["downtime_s"] = round(self.clock() - down_since, 2) if down_since else 0.0
         self.systemd.act("enable", self.green["unit"])
         if blue:
             if not blue_stopped:
+                self._timed("drain_blue", self._drain, blue, result, "blue_drain")
                 self._timed("stop_blue", self.systemd.act, "stop", blue["unit"])
             self.systemd.try_act("disable", blue["unit"])
         write_record(self.state_file, self._record(record, blue))
@@ -319,3 +400,8 @@ class Cutover:
         result["active_after"] = blue["model"] if blue else None
         if blue and blue_stopped:
             result["blue_health"] = self._start_and_gate(blue)
+        if blue and self.frontdoor is not None and result.get("blue_health", {}).get("ok", True):
+            try:
+                self.frontdoor.point(blue["port"], blue["model"], blue["served_model_name"])
+            except FrontDoorError as exc:
+                result["frontdoor_error"] = str(exc)

@@ -9,8 +9,10 @@ short_description: Switch the active vLLM model service with health gates and au
 description:
   - Makes O(model) the active model on the host. The model serving now (blue) comes from the
     deployment record O(state_file); the model asked for is green.
-  - V(sequential) stops blue before green starts (the GPUs cannot hold both);
-    V(parallel) starts green beside blue and stops blue only after green passed its health gate.
+  - V(sequential) points the front door at nothing (503 with Retry-After), drains blue, stops it,
+    then starts green (the GPUs cannot hold both); V(parallel) starts green beside blue, switches
+    the front door and drains and stops blue only after green passed its health gate;
+    V(auto) is parallel when blue's and green's GPU sets are disjoint, else sequential.
   - The health gate is C(GET /health) 200, C(GET /v1/models) listing O(served_model_name), and one
     completion returning at least one token, polled until O(startup_timeout). A green unit that
     exits or is restarted by systemd fails the gate at once.
@@ -47,8 +49,48 @@ options:
   strategy:
     description: How blue and green overlap.
     type: str
-    choices: [sequential, parallel]
+    choices: [sequential, parallel, auto]
     default: sequential
+  gpus:
+    description: Green's GPU indices (its CUDA_VISIBLE_DEVICES); recorded, and used by V(auto).
+    type: list
+    elements: int
+    default: []
+  gpu_processes:
+    description:
+      - Processes holding GPU memory, as M(vllm_fleet.fleet.gpu_facts) returns them (C(pid), C(gpu_index),
+        C(used_memory_bytes)). One on green's GPUs that belongs to neither blue's nor green's unit
+        stops the cutover before anything changes.
+    type: list
+    elements: dict
+    default: []
+  drain_timeout:
+    description: Seconds to wait for blue's running and waiting requests (vLLM's C(/metrics)) to reach 0 before it is stopped.
+    type: float
+    default: 60
+  frontdoor:
+    description:
+      - The nginx front door to switch. Omit for none.
+    type: dict
+    suboptions:
+      upstream_file:
+        description: The upstream include file nginx reads.
+        type: path
+        required: true
+      url:
+        description: The front door's own base URL, used to confirm a switch took effect.
+        type: str
+        required: true
+      test_cmd:
+        description: Command that checks nginx's configuration.
+        type: list
+        elements: str
+        default: [nginx, -t]
+      reload_cmd:
+        description: Command that reloads nginx gracefully.
+        type: list
+        elements: str
+        default: [systemctl, reload, nginx]
   restart:
     description: Green's unit or files changed; restart green when it is already the active model.
     type: bool
@@ -119,8 +161,20 @@ rolled_back:
   description: Whether a failed green was undone and blue restored.
   returned: always
   type: bool
+downtime_s:
+  description: Seconds the front door had no model to send requests to (sequential strategy; 0 for parallel).
+  returned: when a switch ran
+  type: float
+blue_drain:
+  description: How blue's drain went (drained, seconds, running, waiting).
+  returned: when blue was drained
+  type: dict
+strategy:
+  description: The strategy used (V(auto) resolved).
+  returned: always
+  type: str
 phases:
-  description: Seconds each phase took (preflight, stop_blue, start_green, rollback).
+  description: Seconds each phase took (preflight, frontdoor, drain_blue, stop_blue, start_green, rollback).
   returned: always
   type: dict
 time_to_healthy_s:
@@ -144,6 +198,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.cutover import (
     CutoverError,
     load_record,
 )
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import FrontDoor
 
 
 def main():
@@ -155,8 +210,18 @@ def main():
             "served_model_name": {"type": "str", "required": True},
             "port": {"type": "int", "required": True},
             "startup_timeout": {"type": "int", "default": 900},
-            "strategy": {"type": "str", "choices": ["sequential", "parallel"],
+            "strategy": {"type": "str", "choices": ["sequential", "parallel", "auto"],
                          "default": "sequential"},
+            "gpus": {"type": "list", "elements": "int", "default": []},
+            "gpu_processes": {"type": "list", "elements": "dict", "default": []},
+            "drain_timeout": {"type": "float", "default": 60.0},
+            "frontdoor": {"type": "dict", "options": {
+                "upstream_file": {"type": "path", "required": True},
+                "url": {"type": "str", "required": True},
+                "test_cmd": {"type": "list", "elements": "str", "default": ["nginx", "-t"]},
+                "reload_cmd": {"type": "list", "elements": "str",
+                               "default": ["systemctl", "reload", "nginx"]},
+            }},
             "restart": {"type": "bool", "default": False},
             "health_interval": {"type": "float", "default": 2.0},
             "smoke_prompt": {"type": "str", "default": "Hello"},
@@ -171,16 +236,25 @@ def main():
     green.update({
         "model": p["model"], "unit": p["unit"], "url": p["url"], "port": p["port"],
         "served_model_name": p["served_model_name"], "startup_timeout_s": p["startup_timeout"],
+        "gpus": p["gpus"],
     })
 
     def run_command(argv):
         return module.run_command(argv)
 
+    frontdoor = None
+    if p["frontdoor"]:
+        fd = p["frontdoor"]
+        frontdoor = FrontDoor(run_command, fd["upstream_file"], fd["url"],
+                              test_cmd=fd["test_cmd"], reload_cmd=fd["reload_cmd"])
+        green["frontdoor_url"] = fd["url"]
     try:
         record = load_record(p["state_file"])
         cutover = Cutover(run_command, green, p["state_file"], strategy=p["strategy"],
                           restart=p["restart"], health_interval=p["health_interval"],
-                          smoke_prompt=p["smoke_prompt"], journal_lines=p["journal_lines"])
+                          smoke_prompt=p["smoke_prompt"], journal_lines=p["journal_lines"],
+                          frontdoor=frontdoor, drain_timeout=p["drain_timeout"],
+                          gpu_processes=p["gpu_processes"])
         result = cutover.run_plan(record, check_mode=module.check_mode)
     except CutoverError as exc:
         fields = dict(exc.fields)

