@@ -253,7 +253,7 @@ class Cutover:
         if check_mode or action == "none":
             return result
         if action == "record":
-            write_record(self.state_file, self._record(record, record.get("previous")))
+            write_record(self.state_file, self._record(record, None))
             result["active_before"] = self.green["model"]
             return result
         if action in ("start", "restart"):
@@ -270,7 +270,7 @@ class Cutover:
                     journal=self.systemd.journal(self.green["unit"], since, self.journal_lines),
                     **result)
             self.systemd.act("enable", self.green["unit"])
-            write_record(self.state_file, self._record(record, record.get("previous")))
+            write_record(self.state_file, self._record(record, None))
             result["time_to_healthy_s"] = gate["seconds"]
             return result
         return self._switch(record, blue, result, state)
@@ -315,7 +315,11 @@ class Cutover:
     def _rollback(self, blue, blue_stopped, result):
         self.systemd.try_act("stop", self.green["unit"])
         self.systemd.try_act("reset-failed", self.green["unit"])
-        result["rolled_back"] = bool(blue)
-        result["active_after"] = blue["model"] if blue else None
         if blue and blue_stopped:
-            result["blue_health"] = self._start_and_gate(blue)
+            try:
+                result["blue_health"] = self._start_and_gate(blue)
+            except CutoverError as exc:
+                result["blue_health"] = {"ok": False, "stage": "start", "detail": exc.msg}
+        restored = bool(blue) and result.get("blue_health", {}).get("ok", True)
+        result["rolled_back"] = restored
+        result["active_after"] = blue["model"] if restored else None

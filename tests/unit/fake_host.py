@@ -23,6 +23,7 @@ STATE_VERBS = ("start", "stop", "restart", "enable", "disable", "reset-failed")
 HEALTHY = "healthy"          # loads for `warmup_s`, then passes every check
 START_FAILS = "start_fails"  # `systemctl start` itself fails (ExecStart missing, ...)
 CRASH = "crash"              # starts, then the process exits at once: unit `failed`
+EXITS = "exits"              # starts, then exits 0 at once: unit `inactive`
 RESTART_LOOP = "restart_loop"  # exits and systemd restarts it again and again
 HANG = "hang"                # active but never opens its port (stuck loading)
 WRONG_MODEL = "wrong_model"  # healthy, but serves another model name
@@ -144,6 +145,8 @@ class FakeHost:
         unit.main_pid = 5000 + len(self.calls)
         if unit.behaviour == CRASH:
             unit.active_state, unit.sub_state, unit.main_pid = "failed", "failed", 0
+        elif unit.behaviour == EXITS:
+            unit.active_state, unit.sub_state, unit.main_pid = "inactive", "dead", 0
         else:
             unit.active_state, unit.sub_state = "active", "running"
         return 0, "", ""
@@ -153,7 +156,7 @@ class FakeHost:
         self.http.append((method, url))
         unit = next((u for u in self.units.values() if u.url and url.startswith(u.url + "/")),
                     None)
-        if (unit is None or unit.active_state != "active" or unit.behaviour == HANG
+        if (unit is None or unit.active_state != "active" or unit.behaviour in (HANG, RESTART_LOOP)
                 or self.now < unit.started_at + unit.warmup_s):
             return HttpResult(error=CONN_REFUSED)
         path = url[len(unit.url):]
