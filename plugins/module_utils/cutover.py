@@ -311,7 +311,7 @@ class Cutover:
         if action in ("record", "frontdoor"):
             self._point_green()
             if action == "record":
-                write_record(self.state_file, self._record(record, record.get("previous")))
+                write_record(self.state_file, self._record(record, None))
             result["active_before"] = self.green["model"]
             return result
         if action in ("start", "restart"):
@@ -329,7 +329,7 @@ class Cutover:
                     **result)
             self._point_green()
             self.systemd.act("enable", self.green["unit"])
-            write_record(self.state_file, self._record(record, record.get("previous")))
+            write_record(self.state_file, self._record(record, None))
             result["time_to_healthy_s"] = gate["seconds"]
             return result
         return self._switch(record, blue, result, state)
@@ -396,11 +396,15 @@ class Cutover:
     def _rollback(self, blue, blue_stopped, result):
         self.systemd.try_act("stop", self.green["unit"])
         self.systemd.try_act("reset-failed", self.green["unit"])
-        result["rolled_back"] = bool(blue)
-        result["active_after"] = blue["model"] if blue else None
         if blue and blue_stopped:
-            result["blue_health"] = self._start_and_gate(blue)
-        if blue and self.frontdoor is not None and result.get("blue_health", {}).get("ok", True):
+            try:
+                result["blue_health"] = self._start_and_gate(blue)
+            except CutoverError as exc:
+                result["blue_health"] = {"ok": False, "stage": "start", "detail": exc.msg}
+        restored = bool(blue) and result.get("blue_health", {}).get("ok", True)
+        result["rolled_back"] = restored
+        result["active_after"] = blue["model"] if restored else None
+        if restored and self.frontdoor is not None:
             try:
                 self.frontdoor.point(blue["port"], blue["model"], blue["served_model_name"])
             except FrontDoorError as exc:

@@ -55,7 +55,7 @@ def check_once(base_url, served_model_name, smoke_prompt="Hello", max_tokens=4, 
         return False, "models", f"GET /v1/models: {res.error or f'HTTP {res.status}'}"
     try:
         names = [m.get("id") for m in json.loads(res.body).get("data", [])]
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, TypeError):
         return False, "models", f"GET /v1/models: not JSON: {res.body[:200]!r}"
     if served_model_name not in names:
         return False, "models", (
@@ -71,11 +71,11 @@ def check_once(base_url, served_model_name, smoke_prompt="Hello", max_tokens=4, 
     try:
         body = json.loads(res.body)
         tokens = int(body.get("usage", {}).get("completion_tokens", 0))
+        text = (body.get("choices") or [{}])[0].get("text") or ""
     except (ValueError, AttributeError, TypeError):
         return False, "completion", f"POST /v1/completions: not JSON: {res.body[:200]!r}"
     if tokens < 1:
         return False, "completion", "POST /v1/completions: answered with 0 completion tokens"
-    text = body.get("choices", [{}])[0].get("text", "")
     return True, "ok", f"{tokens} completion tokens: {text[:60]!r}"
 
 

@@ -154,7 +154,7 @@ active_before:
   returned: always
   type: str
 active_after:
-  description: The active model after the run (blue again after a rollback).
+  description: The active model after the run (blue again after a rollback; null when the rollback failed too).
   returned: always
   type: str
 rolled_back:

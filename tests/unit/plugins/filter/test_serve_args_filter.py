@@ -1,0 +1,68 @@
+# Copyright 2026 vllm-fleet contributors
+"""The serve-argument filters the vllm_service role renders its ExecStart= with."""
+
+import pytest
+from ansible.errors import AnsibleFilterError
+from ansible_collections.vllm_fleet.fleet.plugins.filter.serve_args import FilterModule
+
+FILTERS = FilterModule().filters()
+VLLM = "/opt/vllm/0.32.0-cpu/bin/vllm"
+
+
+def test_filter_names():
+    assert sorted(FILTERS) == ["systemd_exec_line", "systemd_quote", "vllm_serve_argv"]
+
+
+def test_entry_to_argv_to_exec_line():
+    entry = {"served_model_name": "tiny-gqa", "port": 8001,
+             "serve": {"dtype": "float32", "max_model_len": 2048, "enforce_eager": True,
+                       "override_generation_config": {"temperature": 0}},
+             "extra_args": ["--seed", 0]}
+    argv = FILTERS["vllm_serve_argv"](entry, VLLM, "/srv/models/lab/tiny-gqa")
+    assert argv == [VLLM, "serve", "/srv/models/lab/tiny-gqa", "--host", "127.0.0.1",
+                    "--port", "8001", "--served-model-name", "tiny-gqa", "--dtype", "float32",
+                    "--max-model-len", "2048", "--enforce-eager",
+                    "--override-generation-config", '{"temperature":0}', "--seed", "0"]
+    assert FILTERS["systemd_exec_line"](argv) == (
+        f"{VLLM} serve /srv/models/lab/tiny-gqa --host 127.0.0.1 --port 8001"
+        " --served-model-name tiny-gqa --dtype float32 --max-model-len 2048 --enforce-eager"
+        ' --override-generation-config "{\\"temperature\\":0}" --seed 0')
+
+
+def test_port_given_as_text_and_missing_serve_and_host_keyword():
+    # A templated port arrives as text; null serve/extra_args mean none.
+    entry = {"served_model_name": "m", "port": "8101", "serve": None, "extra_args": None}
+    argv = FILTERS["vllm_serve_argv"](entry, VLLM, "/m", host="0.0.0.0")  # noqa: S104
+    assert argv == [VLLM, "serve", "/m", "--host", "0.0.0.0", "--port", "8101",  # noqa: S104
+                    "--served-model-name", "m"]
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    ({"port": 8001}, "vllm_serve_argv: 'served_model_name'"),
+    ({"served_model_name": "m"}, "vllm_serve_argv: 'port'"),
+    ({"served_model_name": "m", "port": "eighty"},
+     "vllm_serve_argv: invalid literal for int() with base 10: 'eighty'"),
+    ({"served_model_name": "m", "port": None}, "vllm_serve_argv: int() argument must be"),
+    ({"served_model_name": "m", "port": 70000},
+     "vllm_serve_argv: port must be an integer 1-65535, got 70000"),
+    ({"served_model_name": "m", "port": 8001, "serve": {"port": 9000}},
+     "vllm_serve_argv: serve options must not set port: "),
+    ({"served_model_name": "m", "port": 8001, "serve": {"--dtype": "half"}},
+     "vllm_serve_argv: serve option names are bare words"),
+])
+def test_bad_entries_raise_filter_errors_that_name_the_filter(entry, message):
+    with pytest.raises(AnsibleFilterError) as caught:
+        FILTERS["vllm_serve_argv"](entry, VLLM, "/m")
+    assert str(caught.value).startswith(message)
+
+
+def test_empty_exec_line_is_a_filter_error():
+    with pytest.raises(AnsibleFilterError, match="systemd_exec_line: an ExecStart line needs"):
+        FILTERS["systemd_exec_line"]([])
+
+
+def test_environment_line_quoting():
+    # The unit template writes Environment={{ (key ~ '=' ~ value) | systemd_quote }}.
+    assert FILTERS["systemd_quote"]("VLLM_USE_V1=1") == "VLLM_USE_V1=1"
+    assert FILTERS["systemd_quote"]("NCCL_DEBUG_SUBSYS=INIT ENV") == '"NCCL_DEBUG_SUBSYS=INIT ENV"'
+    assert FILTERS["systemd_quote"]("PATH_HINT=$PATH:50%") == '"PATH_HINT=$$PATH:50%%"'
