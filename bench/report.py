@@ -61,7 +61,9 @@ def load_run(run_dir):
         data["_path"] = str(path)
         results.append(data)
     if not results:
-        raise ReportError(f"no vllm bench serve results (*.json with output_throughput) in {run_dir}")
+        raise ReportError(
+            f"no vllm bench serve results (*.json with output_throughput) in {run_dir}"
+        )
     results.sort(key=concurrency_of)
     seen = [concurrency_of(r) for r in results]
     if len(set(seen)) != len(seen):
@@ -119,7 +121,8 @@ def hardware_summary(result):
     gpu = hardware.get("gpu")
     if hardware.get("kind") == "gpu" and gpu:
         names = sorted({g.get("name", "?") for g in gpu.get("gpus", [])})
-        return f"{gpu.get('count')}x {', '.join(names)} ({gpu.get('interconnect') or 'unknown link'})"
+        link = gpu.get("interconnect") or "unknown link"
+        return f"{gpu.get('count')}x {', '.join(names)} ({link})"
     cpu = hardware.get("cpu") or {}
     models = cpu.get("model") or ["unknown CPU"]
     return f"CPU: {', '.join(models)}, {cpu.get('vcpus', '?')} vCPUs"
@@ -161,7 +164,15 @@ def markdown(current, baseline=None, baseline_why=""):
     cur = describe(current)
     base = describe(baseline) if baseline else None
     lines = ["# Benchmark: " + cur["model"], ""]
-    fields = ("served_model_name", "repo_id", "revision", "vllm_version", "hardware", "lengths", "run")
+    fields = (
+        "served_model_name",
+        "repo_id",
+        "revision",
+        "vllm_version",
+        "hardware",
+        "lengths",
+        "run",
+    )
     if base:
         lines += [f"| | {cur['model']} | {base['model']} (baseline) |", "|---|---|---|"]
         lines += [f"| {f} | {cur[f]} | {base[f]} |" for f in fields]
@@ -177,6 +188,8 @@ def markdown(current, baseline=None, baseline_why=""):
 
     cur_rows, base_rows = _by_concurrency(current), _by_concurrency(baseline)
     header = ["concurrency", "prompts", "failed"]
+    if base:
+        header[1:] = ["prompts (current / baseline)", "failed (current / baseline)"]
     for _, title, _ in METRICS:
         if base:
             header += [f"{title} {cur['model']}", f"{title} {base['model']}", "change"]
@@ -186,6 +199,11 @@ def markdown(current, baseline=None, baseline_why=""):
     for conc in sorted(set(cur_rows) | set(base_rows)):
         row_cur, row_base = cur_rows.get(conc, {}), base_rows.get(conc, {})
         cells = [str(conc), fmt(row_cur.get("num_prompts"), "{}"), fmt(row_cur.get("failed"), "{}")]
+        if base:
+            cells[1:] = [
+                f"{fmt(row_cur.get(k), '{}')} / {fmt(row_base.get(k), '{}')}"
+                for k in ("num_prompts", "failed")
+            ]
         for key, _, pattern in METRICS:
             new = row_cur.get(key)
             cells.append(fmt(new, pattern))
@@ -203,18 +221,18 @@ def plot(current, baseline, path):
     mpl.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs = [(describe(current)["model"], current, "o-")]
+    runs = [(describe(current)["model"], current, "-", "o")]
     if baseline:
-        runs.append((describe(baseline)["model"] + " (baseline)", baseline, "s--"))
+        runs.append((describe(baseline)["model"] + " (baseline)", baseline, "--", "s"))
     panels = (
         ("Output throughput", "tokens/s", ("output_throughput",)),
         ("Time to first token", "ms (mean, p99 dotted)", ("mean_ttft_ms", "p99_ttft_ms")),
         ("Time per output token", "ms (mean, p99 dotted)", ("mean_tpot_ms", "p99_tpot_ms")),
     )
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
-    ticks = sorted({concurrency_of(r) for _, results, _ in runs for r in results})
+    ticks = sorted({concurrency_of(r) for _, results, _, _ in runs for r in results})
     for axis, (title, unit, keys) in zip(axes, panels, strict=True):
-        for index, (label, results, style) in enumerate(runs):
+        for index, (label, results, style, marker) in enumerate(runs):
             color = f"C{index}"
             xs = [concurrency_of(r) for r in results]
             for key in keys:
@@ -226,7 +244,7 @@ def plot(current, baseline, path):
                     ":" if dotted else style,
                     color=color,
                     label=None if dotted else label,
-                    marker="o" if not dotted else ".",
+                    marker="." if dotted else marker,
                 )
         axis.set_xscale("log", base=2)
         axis.set_xticks(ticks)
