@@ -78,7 +78,7 @@ class World:
         return Cutover(self.host.run_command, self.green, str(self.state_file),
                        request=self.host.request, clock=self.host.clock, wall=self.host.wall,
                        sleep=self.host.sleep, frontdoor=door,
-                       **kwargs)
+                       cgroup_root=self.host.cgroup_root, **kwargs)
 
     def run(self, check_mode=False, **kwargs):
         return self.cutover(**kwargs).run_plan(load_record(str(self.state_file)), check_mode)
