@@ -171,7 +171,8 @@ def test_parallel_starts_green_beside_blue_and_stops_blue_after_the_gate(tmp_pat
 
 def test_unknown_strategy_is_refused(tmp_path, port):
     world = World(tmp_path, port)
-    with pytest.raises(CutoverError, match="strategy must be sequential, parallel or auto, got 'blue'"):
+    with pytest.raises(CutoverError,
+                       match="strategy must be sequential, parallel or auto, got 'blue'"):
         world.cutover(strategy="blue")
 
 
