@@ -7,7 +7,7 @@ export ANSIBLE_FORCE_COLOR ?= 0
 export PY_COLORS ?= 0
 
 LAB_INVENTORY := inventory/lab
-MOLECULE_SCENARIOS ?= default nvidia_driver_host nvidia_driver_container
+MOLECULE_SCENARIOS ?= default cutover nvidia_driver_host nvidia_driver_container
 
 .PHONY: help setup lab demo status test lint unit molecule bench-deploy lab-down clean
 

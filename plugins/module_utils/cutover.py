@@ -357,7 +357,13 @@ class Cutover:
         return outcome
 
     def _switch(self, record, blue, result, state):
-        self._timed("preflight", self._preflight, blue)
+        try:
+            self._timed("preflight", self._preflight, blue)
+        except CutoverError as exc:
+            serving = f"{blue['model']} is still serving." if blue else "No model was serving."
+            result["active_after"] = result["active_before"]
+            raise CutoverError(f"cutover to {self.green['model']} refused before any change: "
+                               f"{exc.msg}. {serving}", **dict(exc.fields, **result)) from None
         blue_stopped = False
         down_since = None
         started_at = self.wall()

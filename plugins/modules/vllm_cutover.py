@@ -259,7 +259,9 @@ def main():
     except CutoverError as exc:
         fields = dict(exc.fields)
         fields.pop("changed", None)
-        module.fail_json(msg=exc.msg, changed=bool(fields.get("phases")), **fields)
+        # A refusal in preflight changed nothing; any later phase did.
+        changed = bool(set(fields.get("phases") or {}) - {"preflight"})
+        module.fail_json(msg=exc.msg, changed=changed, **fields)
     if module._diff:  # noqa: SLF001 - how modules read --diff
         result["diff"] = {
             "before": f"active model: {result['active_before']}\n",

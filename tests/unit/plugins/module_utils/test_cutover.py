@@ -272,9 +272,11 @@ def test_port_taken_names_the_holder_and_stops_nothing(tmp_path, port):
         holder.bind(("127.0.0.1", port))
         holder.listen()
         exc = world.fail()
-    assert exc.msg == (f"green green cannot start: port {port} on 127.0.0.1 is already taken "
-                       '(users:(("python3",pid=31337,fd=7)))')
-    assert exc.fields == {}
+    assert exc.msg == ("cutover to green refused before any change: "
+                       f"green green cannot start: port {port} on 127.0.0.1 is already taken "
+                       '(users:(("python3",pid=31337,fd=7))). blue is still serving.')
+    assert exc.fields["phases"] == {"preflight": 0.0}
+    assert (exc.fields["active_after"], exc.fields["rolled_back"]) == ("blue", False)
     assert ["ss", "-H", "-ltnp", f"sport = :{port}"] in world.host.calls
     assert world.host.state_calls() == []
     assert world.states() == {B: "active", G: "inactive"}
@@ -286,22 +288,26 @@ def test_port_taken_without_ss_detail_says_pid_unknown(tmp_path, port):
         holder.bind(("127.0.0.1", port))
         holder.listen()
         exc = world.fail()
-    assert exc.msg.endswith(f"port {port} on 127.0.0.1 is already taken (pid unknown)")
+    assert exc.msg.endswith(f"port {port} on 127.0.0.1 is already taken (pid unknown). "
+                            "No model was serving.")
 
 
 def test_same_port_as_blue_is_refused(tmp_path, port):
     world = World(tmp_path, port)
     world.green["port"] = BLUE_PORT
     exc = world.fail()
-    assert exc.msg == (f"green and the active blue both want port {BLUE_PORT}: "
-                       "give each catalog entry its own port")
+    assert exc.msg == ("cutover to green refused before any change: "
+                       f"green and the active blue both want port {BLUE_PORT}: "
+                       "give each catalog entry its own port. blue is still serving.")
     assert world.host.state_calls() == []
 
 
 def test_green_unit_not_installed_is_refused_before_blue_stops(tmp_path, port):
     world = World(tmp_path, port, green_installed=False)
     exc = world.fail()
-    assert exc.msg == "green unit vllm-green.service is not installed (LoadState=not-found)"
+    assert exc.msg == ("cutover to green refused before any change: green unit "
+                       "vllm-green.service is not installed (LoadState=not-found). "
+                       "blue is still serving.")
     assert world.host.state_calls() == []
     assert world.states()[B] == "active"
     assert world.state_file.read_bytes() == world.before

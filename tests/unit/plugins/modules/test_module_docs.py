@@ -23,9 +23,9 @@ def _docs(path):
 def _spec_keys(path):
     tree = ast.parse(path.read_text(encoding="utf-8"))
     for node in ast.walk(tree):
-        if isinstance(node, ast.keyword) and node.arg == "argument_spec":
-            if isinstance(node.value, ast.Dict):
-                return {k.value for k in node.value.keys}
+        if (isinstance(node, ast.keyword) and node.arg == "argument_spec"
+                and isinstance(node.value, ast.Dict)):
+            return {k.value for k in node.value.keys}
     return None
 
 

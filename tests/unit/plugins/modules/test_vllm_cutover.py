@@ -185,8 +185,10 @@ def test_refusal_before_anything_changes_reports_changed_false(world, capsys):
     world.units[G].installed = False
     result = run_module(capsys, world.args)
     assert (result["rc"], result["failed"], result["changed"]) == (1, True, False)
-    assert result["msg"] == "green unit vllm-green.service is not installed (LoadState=not-found)"
-    assert "rolled_back" not in result
+    assert result["msg"] == ("cutover to green refused before any change: green unit "
+                             "vllm-green.service is not installed (LoadState=not-found). "
+                             "blue is still serving.")
+    assert (result["rolled_back"], result["active_after"]) == (False, "blue")
     assert world.state_calls() == []
 
 
