@@ -358,8 +358,9 @@ def test_check_mode_of_the_frontdoor_action(tmp_path, port):
 def test_foreign_gpu_process_refuses_before_anything_stops(tmp_path, port):
     world = World(tmp_path, port, green_gpus=[4, 5])
     exc = world.fail(gpu_processes=PROCS)
-    assert exc.msg == ("green green cannot start: processes that belong to no model service hold "
-                       "memory on its GPUs (pid 31337 holds 1073741824 bytes on GPU 5)")
+    assert exc.msg == ("cutover to green refused before any change: green green cannot start: "
+                       "processes that belong to no model service hold memory on its GPUs "
+                       "(pid 31337 holds 1073741824 bytes on GPU 5). blue is still serving.")
     assert world.host.state_calls() == []
     assert world.host.timeline == []
     assert world.file.read_text() == upstream_conf(BLUE_PORT, model="blue")

@@ -244,7 +244,10 @@ def test_sequential_switch_through_the_front_door(world, capsys):
     drained = result["blue_drain"]
     assert (drained["drained"], drained["running"], drained["waiting"]) == (False, 2, 0)
     assert 0.0 <= drained["seconds"] < 1.0
-    assert 0.0 < result["downtime_s"] < 5.0  # real seconds: the module's own clock
+    # real seconds on the module's own clock, rounded to 0.01: a fast switch reads 0.0
+    # (test_cutover_frontdoor.py checks the value on a fake clock)
+    assert isinstance(result["downtime_s"], float)
+    assert 0.0 <= result["downtime_s"] < 5.0
     assert result["phases"]["frontdoor"] >= 0.0
     with open(world.frontdoor_args["upstream_file"], encoding="utf-8") as handle:
         assert handle.read() == upstream_conf(port, model="green")
@@ -270,9 +273,11 @@ def test_gpu_processes_foreign_to_both_units_refuse_the_switch(world, capsys):
     result = run_module(capsys, {**world.args, "gpus": [4, 5], "gpu_processes": procs,
                                  "frontdoor": world.frontdoor_args})
     assert (result["rc"], result["failed"], result["changed"]) == (1, True, False)
-    assert result["msg"] == ("green green cannot start: processes that belong to no model "
-                             "service hold memory on its GPUs (pid 31337 holds 1073741824 bytes "
-                             "on GPU 5)")
+    assert result["msg"] == ("cutover to green refused before any change: green green cannot "
+                             "start: processes that belong to no model service hold memory on "
+                             "its GPUs (pid 31337 holds 1073741824 bytes on GPU 5). blue is still "
+                             "serving.")
+    assert (result["rolled_back"], result["active_after"]) == (False, "blue")
     assert world.timeline == []
     assert world.units[B].active_state == "active"
 
