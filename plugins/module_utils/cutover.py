@@ -29,6 +29,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import (
 )
 
 RECORD_HISTORY = 10
+CGROUP_ROOT = "/sys/fs/cgroup"
 
 
 class CutoverError(Exception):
@@ -99,8 +100,9 @@ def resolve_strategy(strategy, blue, green):
     return "sequential" if shared else "parallel"
 
 
-def unit_pids(unit, run_command, cgroup_root="/sys/fs/cgroup"):
-    """Pids in a unit's cgroup (cgroup v2), its children included."""
+def unit_pids(unit, run_command, cgroup_root=None):
+    """Pids in a unit's cgroup (cgroup v2, under `cgroup_root`), its children included."""
+    cgroup_root = cgroup_root or CGROUP_ROOT
     rc, out, _err = run_command(["systemctl", "show", unit, "--property=ControlGroup", "--value"])
     group = out.strip() if rc == 0 else ""
     pids = set()
@@ -194,12 +196,13 @@ class Cutover:
     def __init__(self, run_command, green, state_file, strategy="sequential", restart=False,
                  health_interval=2.0, smoke_prompt="Hello", journal_lines=40,
                  request=urllib_request, clock=time.monotonic, wall=time.time, sleep=time.sleep,
-                 frontdoor=None, drain_timeout=60.0, gpu_processes=None):
+                 frontdoor=None, drain_timeout=60.0, gpu_processes=None, cgroup_root=None):
         if strategy not in ("sequential", "parallel", "auto"):
             raise CutoverError(f"strategy must be sequential, parallel or auto, got {strategy!r}")
         self.frontdoor = frontdoor
         self.drain_timeout = drain_timeout
         self.gpu_processes = gpu_processes
+        self.cgroup_root = cgroup_root
         self.run = run_command
         self.systemd = Systemd(run_command)
         self.green = green
@@ -248,8 +251,8 @@ class Cutover:
 
     def _preflight(self, blue):
         if self.gpu_processes and self.green.get("gpus"):
-            allowed = unit_pids(blue["unit"], self.run) if blue else set()
-            allowed |= unit_pids(self.green["unit"], self.run)
+            allowed = unit_pids(blue["unit"], self.run, self.cgroup_root) if blue else set()
+            allowed |= unit_pids(self.green["unit"], self.run, self.cgroup_root)
             foreign = foreign_gpu_processes(self.gpu_processes, self.green["gpus"], allowed)
             if foreign:
                 held = ", ".join(f"pid {p['pid']} holds {p.get('used_memory_bytes', '?')} bytes "
@@ -309,7 +312,7 @@ class Cutover:
         if check_mode or action == "none":
             return result
         if action in ("record", "frontdoor"):
-            self._point_green()
+            self._point_green_or_fail(result)
             if action == "record":
                 write_record(self.state_file, self._record(record, None))
             result["active_before"] = self.green["model"]
@@ -327,7 +330,7 @@ class Cutover:
                     f"back to and it is now stopped",
                     journal=self.systemd.journal(self.green["unit"], since, self.journal_lines),
                     **result)
-            self._point_green()
+            self._point_green_or_fail(result)
             self.systemd.act("enable", self.green["unit"])
             write_record(self.state_file, self._record(record, None))
             result["time_to_healthy_s"] = gate["seconds"]
@@ -338,6 +341,14 @@ class Cutover:
         if self.frontdoor is not None:
             self._timed("frontdoor", self.frontdoor.point, self.green["port"],
                         self.green["model"], self.green["served_model_name"])
+
+    def _point_green_or_fail(self, result):
+        """Outside a switch there is nothing to roll back: a front door failure fails the run."""
+        try:
+            self._point_green()
+        except FrontDoorError as exc:
+            raise CutoverError(f"{self.green['model']} is running, but the front door was not "
+                               f"switched to it: {exc}", **result) from None
 
     def _drain(self, svc, result, key):
         outcome = drain(svc["url"], self.drain_timeout, request=self.request, clock=self.clock,
@@ -388,7 +399,8 @@ class Cutover:
                    f"Rollback FAILED: {blue['model']} did not pass its health gate either "
                    f"({result['blue_health']['detail']})."),
                 **result) from None
-        result["downtime_s"] = round(self.clock() - down_since, 2) if down_since else 0.0
+        result["downtime_s"] = (round(self.clock() - down_since, 2) if down_since is not None
+                                else 0.0)
         self.systemd.act("enable", self.green["unit"])
         if blue:
             if not blue_stopped:

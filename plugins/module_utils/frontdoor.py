@@ -81,7 +81,8 @@ class FrontDoor:
     def point(self, port=None, model=None, served_model_name=None):
         """Point the front door at a port (or at nothing) and wait until it answers so.
 
-        Returns seconds spent. The old file is put back if nginx rejects the new one.
+        Returns seconds spent. The old file is put back if nginx rejects the new one or
+        the reload fails.
         """
         start = self.clock()
         wanted = upstream_conf(port, model=model)
@@ -90,16 +91,24 @@ class FrontDoor:
             write_atomic(self.upstream_file, wanted)
             rc, out, err = self.run(self.test_cmd)
             if rc != 0:
-                if old is not None:
-                    write_atomic(self.upstream_file, old)
+                self._restore(old)
                 raise FrontDoorError(f"nginx rejected the new upstream ({' '.join(self.test_cmd)}"
                                      f" rc={rc}): {(err or out).strip()}")
             rc, out, err = self.run(self.reload_cmd)
             if rc != 0:
+                # nginx still runs the old upstream: the file says so, and a re-run switches
+                self._restore(old)
                 raise FrontDoorError(f"reloading nginx failed ({' '.join(self.reload_cmd)} "
                                      f"rc={rc}): {(err or out).strip()}")
         self._settle(served_model_name if port is not None else None)
         return round(self.clock() - start, 3)
+
+    def _restore(self, old):
+        """Put back the file as it was (absent when there was none)."""
+        if old is None:
+            os.unlink(self.upstream_file)
+        else:
+            write_atomic(self.upstream_file, old)
 
     def _settle(self, served_model_name):
         """Wait until /v1/models through the front door shows the new state."""

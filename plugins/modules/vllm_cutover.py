@@ -146,7 +146,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 action:
-  description: What was (or in check mode would be) done - none, record, start, restart or switch.
+  description: What was (or in check mode would be) done - none, record, frontdoor (only the front door re-pointed at the running active model), start, restart or switch.
   returned: always
   type: str
 active_before:

@@ -6,12 +6,24 @@ targets are GPU servers that cannot run here. It answers the argv the code
 sends (`systemctl show/start/stop/restart/enable/disable/reset-failed`,
 `journalctl -u`, `ss`) the way systemd and iproute2 do, and answers HTTP per
 URL the way a vLLM server does: connection refused until its unit is active
-and has loaded, then /health, /v1/models and /v1/completions.
+and has loaded, then /health, /v1/models, /v1/completions and /metrics (vLLM's
+Prometheus gauges of running and waiting requests, per engine, from the
+unit's requests in flight).
+
+With `host.frontdoor(...)` it also holds nginx as the front door: `nginx -t`
+and `systemctl reload nginx` read the upstream include file, and HTTP to the
+front door's URL is proxied to the unit on the loaded upstream's port, or
+answered 503 (nginx's @vllm_unavailable) when there is none or it refuses.
+With `host.cgroup_root` set, each active unit's pids are in
+<root>/system.slice/<unit>/cgroup.procs, as cgroup v2 keeps them.
 
 `now` is a fake monotonic clock; `sleep` only advances it, so no test waits.
 """
 
 import json
+import re
+import shutil
+from pathlib import Path
 
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import HttpResult
 
@@ -30,12 +42,35 @@ WRONG_MODEL = "wrong_model"  # healthy, but serves another model name
 ZERO_TOKENS = "zero_tokens"  # healthy, lists the model, completes with 0 tokens
 NOT_JSON = "not_json"        # /v1/models answers 200 with an HTML page
 
+NGINX_CONF = "/etc/nginx/nginx.conf"
+NGINX_OK = (f"nginx: the configuration file {NGINX_CONF} syntax is ok\n"
+            f"nginx: configuration file {NGINX_CONF} test is successful\n")
+# (metric, type, HELP) as vLLM writes them
+METRICS = (
+    ("vllm:num_requests_running", "gauge", "Number of requests in model execution batches."),
+    ("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed."),
+    ("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage."),
+    ("vllm:request_success_total", "counter", "Count of successfully processed requests."),
+)
+FRONTDOOR_503 = json.dumps({"error": {
+    "message": "No model is serving right now (a model switch is in progress). "
+               "Retry after 5 seconds.",
+    "type": "service_unavailable", "param": None, "code": "model_switching"}})
+
 
 class FakeUnit:
     def __init__(self, name, url=None, served=None, *, installed=True, active=False,
-                 behaviour=HEALTHY, warmup_s=0.0, journal=()):
+                 behaviour=HEALTHY, warmup_s=0.0, journal=(), port=None, engines=1,
+                 max_running=256, worker_pids=()):
         self.name = name
         self.url = url
+        # the port nginx proxies to; defaults to the URL's
+        self.port = port or (int(url.rsplit(":", 1)[1].split("/")[0]) if url else None)
+        # requests in flight: the fake time each one finishes; beyond max_running they wait
+        self.inflight = []
+        self.engines = engines
+        self.max_running = max_running
+        self.worker_pids = list(worker_pids)  # vLLM's worker processes, in the unit's cgroup
         self.served = served
         self.installed = installed
         self.behaviour = behaviour
@@ -51,11 +86,40 @@ class FakeUnit:
     def props(self):
         if not self.installed:
             return {"LoadState": "not-found", "ActiveState": "inactive", "SubState": "dead",
-                    "NRestarts": "0", "UnitFileState": "", "MainPID": "0"}
+                    "NRestarts": "0", "UnitFileState": "", "MainPID": "0", "ControlGroup": ""}
         return {"LoadState": "loaded", "ActiveState": self.active_state,
                 "SubState": self.sub_state, "NRestarts": str(self.n_restarts),
                 "UnitFileState": "enabled" if self.enabled else "disabled",
-                "MainPID": str(self.main_pid)}
+                "MainPID": str(self.main_pid), "ControlGroup": self.cgroup()}
+
+    def cgroup(self):
+        """systemd's ControlGroup: set while the unit has processes, empty once it stopped."""
+        return f"/system.slice/{self.name}" if self.main_pid else ""
+
+    def load(self, now):
+        """(running, waiting) requests at fake time `now`."""
+        pending = sum(1 for done in self.inflight if done > now)
+        running = min(pending, self.max_running)
+        return running, pending - running
+
+    def metrics(self, now):
+        """/metrics as vLLM's prometheus_client exposition writes it: one sample per engine."""
+        running, waiting = self.load(now)
+        done = len(self.inflight) - running - waiting
+        values = {"vllm:num_requests_running": running, "vllm:num_requests_waiting": waiting,
+                  "vllm:request_success_total": done, "vllm:kv_cache_usage_perc": running}
+        lines = []
+        for name, kind, doc in METRICS:
+            lines += [f"# HELP {name} {doc}", f"# TYPE {name} {kind}"]
+            for engine in range(self.engines):
+                # engine i's share of the total, as a data-parallel server splits requests
+                share = values[name] // self.engines + (engine < values[name] % self.engines)
+                if name == "vllm:kv_cache_usage_perc":
+                    share *= 0.01
+                reason = 'finished_reason="stop",' if kind == "counter" else ""
+                lines.append(f'{name}{{engine="{engine}",{reason}model_name="{self.served}"}} '
+                             f"{float(share)!r}")
+        return "\n".join(lines) + "\n"
 
 
 class FakeHost:
@@ -68,10 +132,30 @@ class FakeHost:
         self.ss_out = ""
         # unit -> names of the other units active at the moment it was started
         self.active_at_start = {}
+        # what happened, in order: state-changing systemctl, nginx, /metrics scrapes, gates
+        self.timeline = []
+        self.nginx = None
+        self.cgroup_root = None
 
     def unit(self, name, url=None, served=None, **kwargs):
         self.units[name] = FakeUnit(name, url, served, **kwargs)
+        self._sync_cgroup(self.units[name])
         return self.units[name]
+
+    def frontdoor(self, url, upstream_file, **kwargs):
+        self.nginx = FakeNginx(self, url, upstream_file, **kwargs)
+        return self.nginx
+
+    def _sync_cgroup(self, unit):
+        if self.cgroup_root is None:
+            return
+        folder = Path(self.cgroup_root, "system.slice", unit.name)
+        if unit.main_pid:
+            folder.mkdir(parents=True, exist_ok=True)
+            pids = [unit.main_pid, *unit.worker_pids]
+            (folder / "cgroup.procs").write_text("".join(f"{pid}\n" for pid in pids))
+        elif folder.exists():
+            shutil.rmtree(folder)
 
     # -- clock ---------------------------------------------------------------
     def clock(self):
@@ -88,6 +172,11 @@ class FakeHost:
     def run_command(self, argv):
         argv = list(argv)
         self.calls.append(argv)
+        if self.nginx and argv[:2] == ["systemctl", "reload"] and argv[2] in (
+                "nginx", "nginx.service"):
+            return self.nginx.reload()
+        if self.nginx and argv[0] == "nginx":
+            return self.nginx.test()
         if argv[0] == "systemctl":
             return self._systemctl(argv[1], argv[2], argv[3:])
         if argv[0] == "journalctl":
@@ -103,15 +192,16 @@ class FakeHost:
         """(verb, unit) of every state-changing systemctl call, in order."""
         return [(a[1], a[2]) for a in self.calls if a[0] == "systemctl" and a[1] in STATE_VERBS]
 
+    def events(self):
+        """The timeline with each run of identical /metrics scrapes shown once."""
+        return [e for i, e in enumerate(self.timeline) if i == 0 or e != self.timeline[i - 1]]
+
     def _systemctl(self, verb, name, rest):  # noqa: PLR0911 - one answer per verb, as systemctl
         unit = self.units.get(name)
         if verb == "show":
-            props = unit.props() if unit else FakeUnit(name, installed=False).props()
-            wanted = rest[0].split("=", 1)[1].split(",")
-            if unit and unit.behaviour == RESTART_LOOP and unit.started_at is not None:
-                unit.n_restarts += 1
-                unit.active_state, unit.sub_state = "activating", "auto-restart"
-            return 0, "".join(f"{key}={props[key]}\n" for key in wanted), ""
+            return self._show(name, unit, rest)
+        if verb in STATE_VERBS:
+            self.timeline.append(f"{verb} {name}")
         if unit is None or not unit.installed:
             if verb == "reset-failed":
                 return 1, "", f"Failed to reset failed state of unit {name}: not loaded."
@@ -121,6 +211,8 @@ class FakeHost:
         if verb == "stop":
             unit.active_state, unit.sub_state = "inactive", "dead"
             unit.main_pid, unit.started_at = 0, None
+            unit.inflight = []  # requests still in flight are cut off
+            self._sync_cgroup(unit)
             return 0, "", ""
         if verb in ("enable", "disable"):
             unit.enabled = verb == "enable"
@@ -131,6 +223,16 @@ class FakeHost:
             unit.n_restarts = 0
             return 0, "", ""
         return 1, "", f"Unknown command verb {verb}."
+
+    def _show(self, name, unit, rest):
+        props = unit.props() if unit else FakeUnit(name, installed=False).props()
+        wanted = rest[0].split("=", 1)[1].split(",")
+        if unit and unit.behaviour == RESTART_LOOP and unit.started_at is not None:
+            unit.n_restarts += 1
+            unit.active_state, unit.sub_state = "activating", "auto-restart"
+        if "--value" in rest:
+            return 0, "".join(f"{props[key]}\n" for key in wanted), ""
+        return 0, "".join(f"{key}={props[key]}\n" for key in wanted), ""
 
     def _start(self, unit, restart):
         if unit.active_state == "active" and not restart:
@@ -149,17 +251,27 @@ class FakeHost:
             unit.active_state, unit.sub_state, unit.main_pid = "inactive", "dead", 0
         else:
             unit.active_state, unit.sub_state = "active", "running"
+        self._sync_cgroup(unit)
         return 0, "", ""
 
     # -- HTTP --------------------------------------------------------------------
-    def request(self, method, url, payload=None, timeout=10.0):  # noqa: PLR0911 - one per route
+    def request(self, method, url, payload=None, timeout=10.0):
         self.http.append((method, url))
+        if self.nginx and url.startswith(self.nginx.url + "/"):
+            return self.nginx.proxy(method, url[len(self.nginx.url):], payload)
         unit = next((u for u in self.units.values() if u.url and url.startswith(u.url + "/")),
                     None)
+        return self.answer(unit, method, url[len(unit.url):] if unit else "", payload)
+
+    def answer(self, unit, method, path, payload=None):  # noqa: PLR0911 - one per route
+        """What `unit`'s server answers to `method path`."""
         if (unit is None or unit.active_state != "active" or unit.behaviour in (HANG, RESTART_LOOP)
                 or self.now < unit.started_at + unit.warmup_s):
             return HttpResult(error=CONN_REFUSED)
-        path = url[len(unit.url):]
+        if path == "/metrics":
+            running, waiting = unit.load(self.now)
+            self.timeline.append(f"metrics {unit.name}: running={running} waiting={waiting}")
+            return HttpResult(200, unit.metrics(self.now))
         if path == "/health":
             return HttpResult(200, "")
         if path == "/v1/models":
@@ -171,7 +283,80 @@ class FakeHost:
             if payload["model"] != unit.served:
                 return HttpResult(404, json.dumps({"error": "model not found"}))
             tokens = 0 if unit.behaviour == ZERO_TOKENS else payload["max_tokens"]
+            self.timeline.append(f"completion {unit.name}: {tokens} tokens")
             return HttpResult(200, json.dumps({
                 "choices": [{"text": " world" if tokens else ""}],
                 "usage": {"completion_tokens": tokens}}))
         return HttpResult(404, "")
+
+
+class FakeNginx:
+    """nginx as the front door, reading the upstream include file the cutover writes.
+
+    `nginx -t` parses the file; `systemctl reload nginx` loads it (as nginx does
+    on SIGHUP: a file that does not parse leaves the old configuration running,
+    and systemd still reports the reload as done). `test_error`/`reload_error`
+    make those commands fail with the given stderr.
+    """
+
+    SERVER = re.compile(r"^\s*server\s+([0-9.]+):(\d+)([^;]*);", re.MULTILINE)
+
+    def __init__(self, host, url, upstream_file, *, active=True):
+        self.host = host
+        self.url = url.rstrip("/")
+        self.upstream_file = Path(upstream_file)
+        self.active = active
+        self.loaded = None  # the port requests go to; None: no server, every request 503
+        self.test_error = None
+        self.reload_error = None
+        self.switches = []  # (fake time, port or None) of each reload that loaded the file
+
+    def parse(self):
+        """(port or None, error or None) of the upstream file as nginx reads it."""
+        try:
+            text = self.upstream_file.read_text()
+        except FileNotFoundError:
+            return None, (f'nginx: [emerg] open() "{self.upstream_file}" failed '
+                          "(2: No such file or directory) in /etc/nginx/conf.d/vllm-fleet.conf:3")
+        block = re.search(r"^upstream vllm_active \{\n(.*?)^\}\n?\Z", text,
+                          re.DOTALL | re.MULTILINE)
+        servers = self.SERVER.findall(block.group(1)) if block else []
+        if not servers:
+            return None, ('nginx: [emerg] host not found in upstream "vllm_active" in '
+                          "/etc/nginx/conf.d/vllm-fleet.conf:13")
+        up = [int(port) for _host, port, flags in servers if "down" not in flags.split()]
+        return (up[0] if up else None), None
+
+    def test(self):
+        self.host.timeline.append("nginx -t")
+        error = self.test_error or self.parse()[1]
+        if error:
+            return 1, "", f"{error}\nnginx: configuration file {NGINX_CONF} test failed\n"
+        return 0, "", NGINX_OK
+
+    def reload(self):
+        if not self.active:
+            self.host.timeline.append("reload nginx: failed")
+            return 1, "", "nginx.service is not active, cannot reload.\n"
+        if self.reload_error:
+            self.host.timeline.append("reload nginx: failed")
+            return 1, "", self.reload_error
+        port, error = self.parse()
+        if error is None:
+            self.load(port)
+        return 0, "", ""
+
+    def load(self, port):
+        self.loaded = port
+        self.switches.append((self.host.now, port))
+        self.host.timeline.append(f"reload nginx: {port or 'none'}")
+
+    def proxy(self, method, path, payload):
+        if not self.active:
+            return HttpResult(error=CONN_REFUSED)
+        unit = next((u for u in self.host.units.values()
+                     if self.loaded is not None and u.port == self.loaded), None)
+        res = self.host.answer(unit, method, path, payload) if unit else HttpResult(error="down")
+        if res.error:  # 502 from the upstream -> error_page -> @vllm_unavailable
+            return HttpResult(503, FRONTDOOR_503)
+        return res

@@ -150,7 +150,7 @@ def test_sequential_stops_blue_before_green_starts(tmp_path, port):
     assert world.host.units[B].enabled is False
     assert (result["action"], result["active_before"], result["active_after"],
             result["blue"], result["rolled_back"]) == ("switch", "blue", "green", "blue", False)
-    # Blue has no /metrics answering in the fake, so its drain ends at once.
+    # Blue has no requests in flight (its /metrics says 0), so its drain ends at once.
     assert sorted(result["phases"]) == ["drain_blue", "preflight", "start_green", "stop_blue"]
     assert result["time_to_healthy_s"] == 4.0
     assert world.saved() == {"active": since(world.green, "2027-01-15T08:00:04+00:00"),

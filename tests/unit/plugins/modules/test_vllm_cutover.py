@@ -15,7 +15,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils import cutover as cutover_mod
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.cutover import write_record
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import upstream_conf
 from ansible_collections.vllm_fleet.fleet.plugins.modules import vllm_cutover
 
 from unit.fake_host import CRASH, FakeHost
@@ -47,9 +49,10 @@ class _Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def servers():
-    """Two loopback servers, blue's and green's; each test points them at its fake host."""
+    """Three loopback servers, blue's, green's and the front door's; each test points them at
+    its fake host."""
     started = []
-    for _ in range(2):
+    for _ in range(3):
         srv = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         srv.base = f"http://127.0.0.1:{srv.server_address[1]}"
         threading.Thread(target=srv.serve_forever, args=(0.05,), daemon=True).start()
@@ -73,9 +76,17 @@ def world(servers, tmp_path, monkeypatch, port):
     host = FakeHost()
     for srv in servers:
         srv.host = host
-    blue_srv, green_srv = servers
-    host.unit(B, blue_srv.base, "blue-model", active=True)
-    host.unit(G, green_srv.base, "green-model", journal=JOURNAL)
+    blue_srv, green_srv, door_srv = servers
+    host.cgroup_root = str(tmp_path / "cgroup")
+    monkeypatch.setattr(cutover_mod, "CGROUP_ROOT", host.cgroup_root)
+    # the ports nginx proxies to are the catalog's; the fake routes them to these servers
+    host.unit(B, blue_srv.base, "blue-model", active=True, port=8101, worker_pids=[4301])
+    host.unit(G, green_srv.base, "green-model", journal=JOURNAL, port=port)
+    upstream = tmp_path / "nginx" / "upstream.conf"
+    upstream.parent.mkdir()
+    upstream.write_text(upstream_conf(8101, model="blue"))
+    host.frontdoor(door_srv.base, upstream).loaded = 8101
+    host.frontdoor_args = {"upstream_file": str(upstream), "url": door_srv.base}
     monkeypatch.setattr(basic.AnsibleModule, "run_command",
                         lambda _self, argv, **_kw: host.run_command(argv))
     host.state_file = tmp_path / "vllm_fleet.fact"
@@ -210,3 +221,92 @@ def test_bad_strategy_is_refused_by_the_argument_spec(world, capsys):
     assert result["msg"] == ("value of strategy must be one of: sequential, parallel, auto, "
                              "got: blue-green")
     assert world.calls == []
+
+
+# -- front door, drain, auto, foreign GPU processes -------------------------------------------
+def recorded_blue(world, gpus=(0, 1, 2, 3)):
+    write_record(str(world.state_file), {"active": dict(world.blue, gpus=list(gpus)),
+                                         "previous": None, "history": []})
+
+
+def test_sequential_switch_through_the_front_door(world, capsys):
+    recorded_blue(world)
+    world.units[B].inflight = [900.0, 900.0]  # the fake's clock stands still: they never finish
+    result = run_module(capsys, {**world.args, "frontdoor": world.frontdoor_args,
+                                 "drain_timeout": 0})
+    assert (result["rc"], result["changed"], result["strategy"], result["active_after"]) == (
+        0, True, "sequential", "green")
+    port = world.args["port"]
+    assert world.events() == [
+        "nginx -t", "reload nginx: none", f"metrics {B}: running=2 waiting=0", f"stop {B}",
+        f"reset-failed {G}", f"start {G}", f"completion {G}: 4 tokens",
+        "nginx -t", f"reload nginx: {port}", f"enable {G}", f"disable {B}"]
+    drained = result["blue_drain"]
+    assert (drained["drained"], drained["running"], drained["waiting"]) == (False, 2, 0)
+    assert 0.0 <= drained["seconds"] < 1.0
+    # real seconds on the module's own clock, rounded to 0.01: a fast switch reads 0.0
+    # (test_cutover_frontdoor.py checks the value on a fake clock)
+    assert isinstance(result["downtime_s"], float)
+    assert 0.0 <= result["downtime_s"] < 5.0
+    assert result["phases"]["frontdoor"] >= 0.0
+    with open(world.frontdoor_args["upstream_file"], encoding="utf-8") as handle:
+        assert handle.read() == upstream_conf(port, model="green")
+    assert world.nginx.loaded == port
+    saved = json.loads(world.state_file.read_text())
+    assert saved["active"]["frontdoor_url"] == world.frontdoor_args["url"]
+
+
+def test_strategy_auto_with_disjoint_gpus_switches_in_parallel(world, capsys):
+    recorded_blue(world, gpus=[0, 1, 2, 3])
+    result = run_module(capsys, {**world.args, "strategy": "auto", "gpus": [4, 5, 6, 7],
+                                 "frontdoor": world.frontdoor_args})
+    assert (result["rc"], result["strategy"], result["downtime_s"]) == (0, "parallel", 0.0)
+    assert world.active_at_start[G] == [B]
+    assert [port for _t, port in world.nginx.switches] == [world.args["port"]]
+    assert json.loads(world.state_file.read_text())["active"]["gpus"] == [4, 5, 6, 7]
+
+
+def test_gpu_processes_foreign_to_both_units_refuse_the_switch(world, capsys):
+    recorded_blue(world)
+    procs = [{"pid": 4301, "gpu_index": 4, "used_memory_bytes": 80 * 1024 ** 3},  # blue's worker
+             {"pid": 31337, "gpu_index": 5, "used_memory_bytes": 1024 ** 3}]
+    result = run_module(capsys, {**world.args, "gpus": [4, 5], "gpu_processes": procs,
+                                 "frontdoor": world.frontdoor_args})
+    assert (result["rc"], result["failed"], result["changed"]) == (1, True, False)
+    assert result["msg"] == ("cutover to green refused before any change: green green cannot "
+                             "start: processes that belong to no model service hold memory on "
+                             "its GPUs (pid 31337 holds 1073741824 bytes on GPU 5). blue is still "
+                             "serving.")
+    assert (result["rolled_back"], result["active_after"]) == (False, "blue")
+    assert world.timeline == []
+    assert world.units[B].active_state == "active"
+
+
+def test_check_mode_with_a_front_door_touches_nothing(world, capsys):
+    recorded_blue(world)
+    upstream = world.frontdoor_args["upstream_file"]
+    with open(upstream, encoding="utf-8") as handle:
+        before = handle.read()
+    result = run_module(capsys, {**world.args, "frontdoor": world.frontdoor_args,
+                                 "_ansible_check_mode": True})
+    assert (result["rc"], result["changed"], result["action"]) == (0, True, "switch")
+    assert world.timeline == []
+    assert {argv[1] for argv in world.calls} == {"show"}
+    with open(upstream, encoding="utf-8") as handle:
+        assert handle.read() == before
+
+
+def test_front_door_failure_on_the_active_model_fails_cleanly(world, capsys):
+    green = {"model": "green", "unit": G, "url": world.args["url"], "port": world.args["port"],
+             "served_model_name": "green-model", "startup_timeout_s": 900,
+             "repo_id": "org/green", "revision": "b" * 40, "gpus": [],
+             "frontdoor_url": world.frontdoor_args["url"], "since": "2027-01-01T00:00:00+00:00"}
+    write_record(str(world.state_file), {"active": green, "previous": None, "history": []})
+    world.run_command(["systemctl", "start", G])
+    world.nginx.active = False
+    result = run_module(capsys, {**world.args, "frontdoor": world.frontdoor_args})
+    assert (result["rc"], result["failed"], result["action"]) == (1, True, "frontdoor")
+    assert result["msg"] == ("green is running, but the front door was not switched to it: "
+                             "reloading nginx failed (systemctl reload nginx rc=1): "
+                             "nginx.service is not active, cannot reload.")
+    assert [c for c in world.state_calls() if c[0] in ("stop", "start")] == [("start", G)]

@@ -1,0 +1,377 @@
+# Copyright 2026 vllm-fleet contributors
+"""The cutover with a front door, blue's drain, the auto strategy and foreign GPU processes.
+
+Driven on the fake host (unit/fake_host.py): systemd units, vLLM servers with
+requests in flight (their /metrics), nginx reading the real upstream file in
+tmp_path, cgroup.procs under a tmp cgroup root, and a fake clock. The host's
+timeline records, in order, state-changing systemctl calls, `nginx -t`, each
+reload and what nginx loaded, /metrics scrapes and gate completions.
+"""
+
+import socket
+
+import pytest
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils import cutover as cutover_mod
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.cutover import (
+    Cutover,
+    CutoverError,
+    foreign_gpu_processes,
+    load_record,
+    resolve_strategy,
+    unit_pids,
+    write_record,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import (
+    FrontDoor,
+    upstream_conf,
+)
+
+from unit.fake_host import CRASH, FakeHost
+
+B, G = "vllm-blue.service", "vllm-green.service"
+FD_URL = "http://127.0.0.1:8000"
+BLUE_PORT = 8101
+GIB = 1024 ** 3
+
+
+@pytest.fixture
+def port():
+    """Green's port: a loopback port nothing listens on (the preflight probes it for real)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def spec(name, port, gpus):
+    return {"model": name, "unit": f"vllm-{name}.service", "url": f"http://127.0.0.1:{port}",
+            "port": port, "served_model_name": f"{name}-model", "startup_timeout_s": 60,
+            "gpus": gpus}
+
+
+class World:
+    """Blue active (recorded, behind the front door), green installed, nginx loaded with blue."""
+
+    def __init__(self, tmp_path, port, *, blue_gpus=(0, 1, 2, 3), green_gpus=(0, 1, 2, 3),
+                 green_warmup=0.0, green=None, active="blue"):
+        self.host = FakeHost()
+        self.host.cgroup_root = str(tmp_path / "cgroup")
+        self.blue = dict(spec("blue", BLUE_PORT, list(blue_gpus)),
+                         since="2027-01-01T00:00:00+00:00")
+        self.green = spec("green", port, list(green_gpus))
+        self.b = self.host.unit(B, self.blue["url"], "blue-model", active=True,
+                                worker_pids=[4301, 4302])
+        self.g = self.host.unit(G, self.green["url"], "green-model", warmup_s=green_warmup,
+                                behaviour=green or "healthy", journal=["ERROR CUDA OOM"])
+        self.file = tmp_path / "nginx" / "upstream.conf"
+        self.file.parent.mkdir()
+        self.file.write_text(upstream_conf(BLUE_PORT, model="blue"))
+        self.nginx = self.host.frontdoor(FD_URL, self.file)
+        self.nginx.loaded = BLUE_PORT
+        self.state_file = tmp_path / "vllm_fleet.fact"
+        recorded = self.blue if active == "blue" else dict(self.green, since=self.blue["since"])
+        write_record(str(self.state_file), {"active": recorded, "previous": None, "history": []})
+        self.record_bytes = self.state_file.read_bytes()
+
+    def cutover(self, **kwargs):
+        door = FrontDoor(self.host.run_command, str(self.file), FD_URL, request=self.host.request,
+                         clock=self.host.clock, sleep=self.host.sleep)
+        return Cutover(self.host.run_command, self.green, str(self.state_file),
+                       request=self.host.request, clock=self.host.clock, wall=self.host.wall,
+                       sleep=self.host.sleep, frontdoor=door,
+                       cgroup_root=self.host.cgroup_root, **kwargs)
+
+    def run(self, check_mode=False, **kwargs):
+        return self.cutover(**kwargs).run_plan(load_record(str(self.state_file)), check_mode)
+
+    def fail(self, **kwargs):
+        with pytest.raises(CutoverError) as caught:
+            self.run(**kwargs)
+        return caught.value
+
+    def metrics(self, unit=B):
+        """running counts of each distinct /metrics scrape of `unit`, in order."""
+        prefix = f"metrics {unit}: running="
+        return [int(e[len(prefix):].split()[0]) for e in self.host.events()
+                if e.startswith(prefix)]
+
+
+# -- resolve_strategy / foreign_gpu_processes / unit_pids ------------------------------------
+@pytest.mark.parametrize(("strategy", "blue", "green", "wanted"), [
+    ("auto", None, {"gpus": [0, 1]}, "sequential"),                       # no blue
+    ("auto", {"gpus": [0, 1, 2, 3]}, {"gpus": [4, 5, 6, 7]}, "parallel"),  # disjoint
+    ("auto", {"gpus": [0, 1, 2, 3]}, {"gpus": [3, 4]}, "sequential"),      # GPU 3 shared
+    ("auto", {"gpus": [0, 1, 2, 3, 4, 5, 6, 7]}, {"gpus": [0, 1, 2, 3, 4, 5, 6, 7]},
+     "sequential"),
+    ("auto", {"gpus": []}, {"gpus": []}, "parallel"),                     # CPU models
+    ("auto", {"model": "old record without gpus"}, {"gpus": [0]}, "parallel"),
+    ("sequential", {"gpus": [0]}, {"gpus": [1]}, "sequential"),
+    ("parallel", {"gpus": [0]}, {"gpus": [0]}, "parallel"),
+    ("parallel", None, {"gpus": [0]}, "parallel"),
+])
+def test_resolve_strategy(strategy, blue, green, wanted):
+    assert resolve_strategy(strategy, blue, green) == wanted
+
+
+PROCS = [
+    {"pid": 4301, "gpu_index": 0, "used_memory_bytes": 80 * GIB},
+    {"pid": 31337, "gpu_index": "5", "used_memory_bytes": GIB},
+    {"pid": 999, "gpu_index": 7, "used_memory_bytes": 2 * GIB},
+    {"pid": 1234, "gpu_index": None, "used_memory_bytes": GIB},  # uuid gpu_facts could not map
+]
+
+
+@pytest.mark.parametrize(("gpus", "allowed", "pids"), [
+    ([4, 5], {4301}, [31337]),
+    (["0", "5", "7"], {4301}, [31337, 999]),
+    ([0, 5, 7], {4301, 31337, 999}, []),
+    ([0], set(), [4301]),
+    ([], set(), []),
+    (None, set(), []),
+])
+def test_foreign_gpu_processes(gpus, allowed, pids):
+    assert [p["pid"] for p in foreign_gpu_processes(PROCS, gpus, allowed)] == pids
+
+
+def test_foreign_gpu_processes_without_processes():
+    assert foreign_gpu_processes(None, [0], set()) == []
+
+
+def test_unit_pids_reads_the_units_cgroup_and_its_children(tmp_path):
+    host = FakeHost()
+    host.cgroup_root = str(tmp_path)
+    host.unit(B, "http://127.0.0.1:8101", "blue-model", active=True, worker_pids=[4301, 4302])
+    host.unit(G, "http://127.0.0.1:8102", "green-model")
+    nested = tmp_path / "system.slice" / B / "payload"
+    nested.mkdir()
+    (nested / "cgroup.procs").write_text("4400\n\n4401\n")
+    assert unit_pids(B, host.run_command, str(tmp_path)) == {4242, 4301, 4302, 4400, 4401}
+    assert host.calls[-1] == ["systemctl", "show", B, "--property=ControlGroup", "--value"]
+    assert unit_pids(G, host.run_command, str(tmp_path)) == set()          # not running
+    assert unit_pids("nope.service", host.run_command, str(tmp_path)) == set()  # not installed
+
+
+def test_unit_pids_when_systemctl_fails_and_the_default_root(tmp_path, monkeypatch):
+    assert unit_pids(B, lambda argv: (1, "/system.slice/x\n", "Access denied"),
+                     str(tmp_path)) == set()
+    folder = tmp_path / "system.slice" / B
+    folder.mkdir(parents=True)
+    (folder / "cgroup.procs").write_text("77\n")
+    monkeypatch.setattr(cutover_mod, "CGROUP_ROOT", str(tmp_path))
+    assert unit_pids(B, lambda argv: (0, f"/system.slice/{B}\n", "")) == {77}
+
+
+# -- sequential / parallel with a front door ----------------------------------------------------
+def test_sequential_closes_the_front_door_drains_stops_then_opens_it_on_green(tmp_path, port):
+    world = World(tmp_path, port, green_warmup=5.0)
+    world.b.max_running = 2
+    world.b.inflight = [0.3, 0.5, 0.9]
+    result = world.run(drain_timeout=30.0)
+    assert world.host.events() == [
+        "nginx -t", "reload nginx: none",
+        f"metrics {B}: running=2 waiting=1",
+        f"metrics {B}: running=2 waiting=0",
+        f"metrics {B}: running=1 waiting=0",
+        f"metrics {B}: running=0 waiting=0",
+        f"stop {B}",
+        f"reset-failed {G}", f"start {G}",
+        f"completion {G}: 4 tokens",
+        "nginx -t", f"reload nginx: {port}",
+        f"enable {G}", f"disable {B}",
+    ]
+    assert world.host.active_at_start[G] == []
+    # downtime is the time between the two front door switches
+    (closed, none), (opened, to) = world.nginx.switches
+    assert (none, to) == (None, port)
+    assert result["downtime_s"] == round(opened - closed, 2) == 7.0
+    assert result["blue_drain"] == {"drained": True, "seconds": 1.0, "running": 0, "waiting": 0}
+    assert result["time_to_healthy_s"] == 6.0
+    assert result["phases"] == {"preflight": 0.0, "frontdoor": 0.0, "drain_blue": 1.0,
+                                "stop_blue": 0.0, "start_green": 6.0}
+    assert (result["strategy"], result["active_after"], result["rolled_back"]) == (
+        "sequential", "green", False)
+    assert world.file.read_text() == upstream_conf(port, model="green")
+    assert world.nginx.loaded == port
+
+
+def test_sequential_drain_timeout_still_stops_blue_and_reports_the_counts(tmp_path, port):
+    world = World(tmp_path, port)
+    world.b.inflight = [500.0, 500.0]
+    result = world.run(drain_timeout=1.0)
+    assert result["blue_drain"] == {"drained": False, "seconds": 1.0, "running": 2,
+                                    "waiting": 0}
+    assert world.b.active_state == "inactive"
+    assert result["downtime_s"] == 1.0
+
+
+def test_parallel_switches_the_front_door_then_drains_and_stops_blue(tmp_path, port):
+    world = World(tmp_path, port, green_warmup=3.0)
+    world.b.inflight = [4.3, 4.7, 5.1, 5.1]  # still running when the front door switches at 4 s
+    result = world.run(strategy="parallel")
+    assert world.host.events() == [
+        f"reset-failed {G}", f"start {G}",
+        f"completion {G}: 4 tokens",
+        "nginx -t", f"reload nginx: {port}",
+        f"enable {G}",
+        f"metrics {B}: running=4 waiting=0",
+        f"metrics {B}: running=3 waiting=0",
+        f"metrics {B}: running=2 waiting=0",
+        f"metrics {B}: running=0 waiting=0",
+        f"stop {B}", f"disable {B}",
+    ]
+    assert world.host.active_at_start[G] == [B]
+    assert world.metrics() == [4, 3, 2, 0]
+    assert world.nginx.switches == [(4.0, port)]  # never pointed at nothing
+    assert result["downtime_s"] == 0.0
+    assert result["blue_drain"] == {"drained": True, "seconds": 1.2, "running": 0, "waiting": 0}
+    assert world.b.active_state == "inactive"
+
+
+def test_auto_with_disjoint_gpus_runs_parallel(tmp_path, port):
+    world = World(tmp_path, port, blue_gpus=[0, 1, 2, 3], green_gpus=[4, 5, 6, 7])
+    result = world.run(strategy="auto")
+    assert result["strategy"] == "parallel"
+    assert world.host.active_at_start[G] == [B]
+    assert result["downtime_s"] == 0.0
+
+
+def test_auto_with_a_shared_gpu_runs_sequential(tmp_path, port):
+    world = World(tmp_path, port, blue_gpus=[0, 1, 2, 3], green_gpus=[3, 4, 5, 6])
+    result = world.run(strategy="auto")
+    assert result["strategy"] == "sequential"
+    assert world.host.active_at_start[G] == []
+    assert [n for _t, n in world.nginx.switches] == [None, port]
+
+
+# -- rollback -----------------------------------------------------------------------------------
+def test_sequential_rollback_points_the_front_door_back_at_blue_after_its_gate(tmp_path, port):
+    world = World(tmp_path, port, green=CRASH)
+    world.b.warmup_s = 4.0
+    world.b.started_at = -10.0  # up since long ago; it takes 4 s when started again
+    exc = world.fail()
+    assert exc.msg == ("cutover to green failed: green green failed its health gate at process: "
+                       "vllm-green.service failed (failed). Rolled back: blue is serving again.")
+    assert world.host.events() == [
+        "nginx -t", "reload nginx: none",
+        f"metrics {B}: running=0 waiting=0",
+        f"stop {B}", f"reset-failed {G}", f"start {G}",
+        f"stop {G}", f"reset-failed {G}", f"reset-failed {B}", f"start {B}",
+        f"completion {B}: 4 tokens",
+        "nginx -t", f"reload nginx: {BLUE_PORT}",
+    ]
+    assert (exc.fields["rolled_back"], exc.fields["active_after"]) == (True, "blue")
+    assert exc.fields["downtime_s"] == 4.0
+    assert world.nginx.switches == [(0.0, None), (4.0, BLUE_PORT)]
+    assert world.file.read_text() == upstream_conf(BLUE_PORT, model="blue")
+    assert world.state_file.read_bytes() == world.record_bytes
+
+
+def test_rollback_where_blue_fails_too_leaves_the_front_door_at_none(tmp_path, port):
+    world = World(tmp_path, port, green=CRASH)
+    world.b.behaviour = CRASH  # it runs now, but will not come back once stopped
+    exc = world.fail()
+    assert exc.msg == ("cutover to green failed: green green failed its health gate at process: "
+                       "vllm-green.service failed (failed). Rollback FAILED: blue did not pass "
+                       "its health gate either (vllm-blue.service failed (failed)).")
+    assert (exc.fields["rolled_back"], exc.fields["active_after"]) == (False, None)
+    assert "frontdoor_error" not in exc.fields
+    assert world.nginx.switches == [(0.0, None)]
+    assert world.file.read_text() == upstream_conf(None)
+    res = world.host.request("GET", FD_URL + "/v1/models")
+    assert res.status == 503
+
+
+def test_parallel_front_door_rejected_rolls_back_with_blue_still_serving(tmp_path, port):
+    world = World(tmp_path, port)
+    world.nginx.test_error = "nginx: [emerg] no port in upstream"
+    exc = world.fail(strategy="parallel")
+    assert exc.msg == (
+        "cutover to green failed: nginx rejected the new upstream (nginx -t rc=1): "
+        "nginx: [emerg] no port in upstream\nnginx: configuration file /etc/nginx/nginx.conf "
+        "test failed. Rolled back: blue is serving again.")
+    assert (exc.fields["rolled_back"], exc.fields["active_after"]) == (True, "blue")
+    assert world.host.state_calls() == [("reset-failed", G), ("start", G), ("stop", G),
+                                        ("reset-failed", G)]
+    assert world.file.read_text() == upstream_conf(BLUE_PORT, model="blue")
+    assert (world.nginx.switches, world.nginx.loaded) == ([], BLUE_PORT)
+    assert world.b.active_state == "active"
+
+
+# -- the front door alone -----------------------------------------------------------------------
+def test_frontdoor_action_repoints_a_running_active_model(tmp_path, port):
+    world = World(tmp_path, port, active="green")
+    world.host.run_command(["systemctl", "start", G])
+    world.host.timeline.clear()
+    result = world.run()
+    assert (result["action"], result["changed"], result["active_before"],
+            result["active_after"]) == ("frontdoor", True, "green", "green")
+    assert world.host.timeline == ["nginx -t", f"reload nginx: {port}"]
+    assert world.file.read_text() == upstream_conf(port, model="green")
+    assert world.state_file.read_bytes() == world.record_bytes
+
+    world.host.http.clear()
+    again = world.run()
+    assert (again["action"], again["changed"]) == ("none", False)
+    assert world.host.timeline == ["nginx -t", f"reload nginx: {port}"]
+    assert world.host.http == []
+
+
+def test_frontdoor_action_failure_is_a_cutover_error_and_a_rerun_tries_again(tmp_path, port):
+    world = World(tmp_path, port, active="green")
+    world.host.run_command(["systemctl", "start", G])
+    world.nginx.active = False
+    exc = world.fail()
+    assert exc.msg == ("green is running, but the front door was not switched to it: "
+                       "reloading nginx failed (systemctl reload nginx rc=1): "
+                       "nginx.service is not active, cannot reload.")
+    assert exc.fields["action"] == "frontdoor"
+    world.nginx.active = True
+    assert world.run()["action"] == "frontdoor"
+    assert world.nginx.loaded == port
+
+
+def test_check_mode_touches_neither_the_upstream_file_nor_nginx(tmp_path, port):
+    world = World(tmp_path, port)
+    world.b.inflight = [3.0]
+    before = world.file.stat()
+    result = world.run(check_mode=True, strategy="auto")
+    assert (result["action"], result["changed"], result["strategy"]) == (
+        "switch", True, "sequential")
+    assert world.host.timeline == []
+    assert world.host.http == []
+    assert {argv[1] for argv in world.host.calls} == {"show"}
+    assert world.file.stat().st_mtime_ns == before.st_mtime_ns
+    assert world.file.read_text() == upstream_conf(BLUE_PORT, model="blue")
+    assert world.b.active_state == "active"
+
+
+def test_check_mode_of_the_frontdoor_action(tmp_path, port):
+    world = World(tmp_path, port, active="green")
+    world.host.run_command(["systemctl", "start", G])
+    world.host.timeline.clear()
+    result = world.run(check_mode=True)
+    assert (result["action"], result["changed"]) == ("frontdoor", True)
+    assert world.host.timeline == []
+    assert world.file.read_text() == upstream_conf(BLUE_PORT, model="blue")
+
+
+# -- foreign GPU processes ----------------------------------------------------------------------
+def test_foreign_gpu_process_refuses_before_anything_stops(tmp_path, port):
+    world = World(tmp_path, port, green_gpus=[4, 5])
+    exc = world.fail(gpu_processes=PROCS)
+    assert exc.msg == ("cutover to green refused before any change: green green cannot start: "
+                       "processes that belong to no model service hold memory on its GPUs "
+                       "(pid 31337 holds 1073741824 bytes on GPU 5). blue is still serving.")
+    assert world.host.state_calls() == []
+    assert world.host.timeline == []
+    assert world.file.read_text() == upstream_conf(BLUE_PORT, model="blue")
+    assert world.b.active_state == "active"
+    assert ["systemctl", "show", B, "--property=ControlGroup", "--value"] in world.host.calls
+
+
+def test_blues_own_workers_on_greens_gpus_do_not_block_a_sequential_switch(tmp_path, port):
+    world = World(tmp_path, port, green_gpus=[0, 1])
+    procs = [{"pid": 4301, "gpu_index": 0, "used_memory_bytes": 80 * GIB},
+             {"pid": 4302, "gpu_index": 1, "used_memory_bytes": 80 * GIB}]
+    result = world.run(gpu_processes=procs)
+    assert (result["action"], result["active_after"]) == ("switch", "green")
+    assert world.g.active_state == "active"

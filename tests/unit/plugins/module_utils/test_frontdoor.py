@@ -1,0 +1,360 @@
+# Copyright 2026 vllm-fleet contributors
+"""The front door (nginx upstream switch), vLLM's /metrics and the drain.
+
+nginx and the model servers are the fake host's (unit/fake_host.py): `nginx -t`
+and `systemctl reload nginx` read the real upstream file these tests write in
+tmp_path; HTTP to the front door is proxied to the unit on the loaded port.
+"""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils import frontdoor as frontdoor_mod
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import (
+    FrontDoor,
+    FrontDoorError,
+    drain,
+    parse_metrics,
+    upstream_conf,
+    write_atomic,
+)
+
+from unit.fake_host import CONN_REFUSED, FRONTDOOR_503, NGINX_CONF, FakeHost
+
+ROOT = Path(__file__).resolve().parents[4]
+FD_URL = "http://127.0.0.1:8000"
+BLUE_URL, GREEN_URL = "http://127.0.0.1:8101", "http://127.0.0.1:8102"
+TEST, RELOAD = ["nginx", "-t"], ["systemctl", "reload", "nginx"]
+
+# -- upstream_conf / write_atomic ---------------------------------------------------------
+
+
+def test_upstream_conf_for_a_port():
+    assert upstream_conf(8102, model="green") == (
+        "# vllm-fleet front door: active model green\n"
+        "# Written by vllm_fleet.fleet.vllm_cutover; do not edit.\n"
+        "upstream vllm_active {\n"
+        "    server 127.0.0.1:8102 max_fails=0;\n"
+        "    keepalive 32;\n"
+        "}\n")
+
+
+def test_upstream_conf_for_a_port_given_as_text_and_no_model_name():
+    assert upstream_conf("8102", host="10.0.0.5") == (
+        "# vllm-fleet front door: active model ?\n"
+        "# Written by vllm_fleet.fleet.vllm_cutover; do not edit.\n"
+        "upstream vllm_active {\n"
+        "    server 10.0.0.5:8102 max_fails=0;\n"
+        "    keepalive 32;\n"
+        "}\n")
+
+
+def test_upstream_conf_for_none():
+    assert upstream_conf(None, model="ignored") == (
+        "# vllm-fleet front door: no active model\n"
+        "# Written by vllm_fleet.fleet.vllm_cutover; do not edit.\n"
+        "upstream vllm_active {\n"
+        "    # No model is active: every request gets the 503 of @vllm_unavailable.\n"
+        "    server 127.0.0.1:9 down;\n"
+        "}\n")
+
+
+def test_the_roles_initial_upstream_is_the_cutovers_none():
+    """The role writes it once (force: false); the cutover must see it as 'none', unchanged."""
+    tasks = yaml.safe_load((ROOT / "roles/vllm_frontdoor/tasks/main.yml").read_text())
+    copy = next(t["ansible.builtin.copy"] for t in tasks if "ansible.builtin.copy" in t)
+    assert copy["content"] == upstream_conf(None)
+
+
+def test_write_atomic_replaces_the_file_by_rename(tmp_path):
+    path = tmp_path / "upstream.conf"
+    path.write_text("old\n")
+    os.chmod(path, 0o600)
+    inode = path.stat().st_ino
+    write_atomic(str(path), "new\n")
+    assert path.read_text() == "new\n"
+    assert path.stat().st_mode & 0o777 == 0o644
+    assert path.stat().st_ino != inode  # a new file renamed over the old, not rewritten in place
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["upstream.conf"]
+
+
+def test_write_atomic_failure_keeps_the_old_file_and_leaves_no_temp(tmp_path, monkeypatch):
+    path = tmp_path / "upstream.conf"
+    path.write_text("old\n")
+
+    def refuse(_src, _dst):
+        raise OSError(18, "Invalid cross-device link")
+
+    monkeypatch.setattr(frontdoor_mod.os, "replace", refuse)
+    with pytest.raises(OSError, match="cross-device"):
+        write_atomic(str(path), "new\n")
+    assert path.read_text() == "old\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["upstream.conf"]
+
+
+# -- FrontDoor.point -------------------------------------------------------------------------
+
+
+class Door:
+    """A fake host with blue (8101) and green (8102) serving and nginx loaded with `loaded`."""
+
+    def __init__(self, tmp_path, loaded=None, text=None, green_warmup=0.0):
+        self.host = FakeHost()
+        self.host.unit("vllm-blue.service", BLUE_URL, "blue-model", active=True)
+        green = self.host.unit("vllm-green.service", GREEN_URL, "green-model", active=True,
+                               warmup_s=green_warmup)
+        green.started_at = 0.0
+        self.file = tmp_path / "vllm-fleet" / "upstream.conf"
+        self.file.parent.mkdir()
+        self.file.write_text(upstream_conf(loaded, model="blue") if text is None else text)
+        self.nginx = self.host.frontdoor(FD_URL, self.file)
+        self.nginx.loaded = loaded
+        self.door = FrontDoor(self.host.run_command, str(self.file), FD_URL + "/",
+                              request=self.host.request, clock=self.host.clock,
+                              sleep=self.host.sleep)
+
+
+def test_point_writes_tests_reloads_and_confirms(tmp_path):
+    d = Door(tmp_path, loaded=8101)
+    inode = d.file.stat().st_ino
+    assert d.door.point(8102, "green", "green-model") == 0.0
+    assert d.file.read_text() == upstream_conf(8102, model="green")
+    assert d.file.stat().st_ino != inode
+    assert sorted(p.name for p in d.file.parent.iterdir()) == ["upstream.conf"]
+    assert d.host.calls == [TEST, RELOAD]
+    assert d.host.timeline == ["nginx -t", "reload nginx: 8102"]
+    assert d.host.http == [("GET", FD_URL + "/v1/models")]
+    # and the front door now really answers with green
+    res = d.host.request("GET", FD_URL + "/v1/models")
+    assert json.loads(res.body)["data"] == [{"id": "green-model"}]
+
+
+def test_point_at_none_confirms_the_503(tmp_path):
+    d = Door(tmp_path, loaded=8101)
+    assert d.door.point(None) == 0.0
+    assert d.file.read_text() == upstream_conf(None)
+    assert d.nginx.switches == [(0.0, None)]
+    res = d.host.request("GET", FD_URL + "/v1/chat/completions")
+    assert (res.status, res.body) == (503, FRONTDOOR_503)
+
+
+def test_point_waits_until_green_answers_through_the_front_door(tmp_path):
+    d = Door(tmp_path, loaded=None, green_warmup=0.48)
+    assert d.door.point(8102, "green", "green-model") == 0.5
+    assert d.host.sleeps == [0.05] * 10
+    assert len(d.host.http) == 11
+
+
+def test_point_rejected_by_nginx_restores_the_old_file_and_does_not_reload(tmp_path):
+    d = Door(tmp_path, loaded=8101)
+    old = d.file.read_text()
+    d.nginx.test_error = ('nginx: [emerg] invalid parameter "max_fails=0" in '
+                          "/etc/nginx/vllm-fleet/upstream.conf:4")
+    with pytest.raises(FrontDoorError) as caught:
+        d.door.point(8102, "green", "green-model")
+    assert str(caught.value) == (
+        "nginx rejected the new upstream (nginx -t rc=1): nginx: [emerg] invalid parameter "
+        '"max_fails=0" in /etc/nginx/vllm-fleet/upstream.conf:4\n'
+        f"nginx: configuration file {NGINX_CONF} test failed")
+    assert d.file.read_text() == old
+    assert d.host.calls == [TEST]
+    assert (d.nginx.loaded, d.host.http) == (8101, [])
+
+
+def test_point_rejected_with_no_old_file_leaves_none(tmp_path):
+    d = Door(tmp_path)
+    d.file.unlink()
+    d.nginx.test_error = "nginx: [emerg] unexpected end of file"
+    with pytest.raises(FrontDoorError, match=r"^nginx rejected the new upstream \(nginx -t rc=1\)"):
+        d.door.point(8102, "green", "green-model")
+    assert sorted(d.file.parent.iterdir()) == []
+
+
+def test_point_reload_failure_raises_and_puts_the_old_file_back(tmp_path):
+    d = Door(tmp_path, loaded=8101)
+    old = d.file.read_text()
+    d.nginx.active = False
+    with pytest.raises(FrontDoorError) as caught:
+        d.door.point(8102, "green", "green-model")
+    assert str(caught.value) == ("reloading nginx failed (systemctl reload nginx rc=1): "
+                                 "nginx.service is not active, cannot reload.")
+    assert d.host.calls == [TEST, RELOAD]
+    # nginx still runs the old upstream, so the file says so: a re-run switches again
+    assert d.file.read_text() == old
+    assert d.host.http == []
+
+
+def test_point_when_the_file_is_already_right_only_confirms(tmp_path):
+    d = Door(tmp_path, loaded=8102, text=upstream_conf(8102, model="green"))
+    before = d.file.stat()
+    assert d.door.point(8102, "green", "green-model") == 0.0
+    assert d.host.calls == []
+    assert d.file.stat().st_ino == before.st_ino
+    assert d.file.stat().st_mtime_ns == before.st_mtime_ns
+    assert d.host.http == [("GET", FD_URL + "/v1/models")]
+
+
+def test_settle_timeout_names_what_the_front_door_still_serves(tmp_path):
+    # the file is right but nginx still runs blue (a reload that never happened)
+    d = Door(tmp_path, loaded=8101, text=upstream_conf(8102, model="green"))
+    d.door.settle_timeout = 2.0
+    with pytest.raises(FrontDoorError) as caught:
+        d.door.point(8102, "green", "green-model")
+    assert str(caught.value) == ("front door http://127.0.0.1:8000 did not switch within 2.0 s: "
+                                 "wanted green-model, front door lists ['blue-model']")
+    assert d.host.calls == []
+    assert 2.0 <= d.host.now < 2.1
+
+
+def test_settle_timeout_when_waiting_for_the_503(tmp_path):
+    d = Door(tmp_path, loaded=8101, text=upstream_conf(None))
+    d.door.settle_timeout = 0.5
+    with pytest.raises(FrontDoorError, match=r"within 0.5 s: wanted 503, got 200$"):
+        d.door.point(None)
+
+
+def test_settle_timeout_when_the_front_door_is_down(tmp_path):
+    d = Door(tmp_path, loaded=8102, text=upstream_conf(8102, model="green"))
+    d.nginx.active = False
+    d.door.settle_timeout = 0.5
+    with pytest.raises(FrontDoorError) as caught:
+        d.door.point(8102, "green", "green-model")
+    assert str(caught.value).endswith(f"0.5 s: wanted green-model, got {CONN_REFUSED}")
+
+
+# -- parse_metrics ---------------------------------------------------------------------------
+
+# Hand-written in the shape of a vLLM 0.11 /metrics page (prometheus_client exposition) for a
+# data-parallel server with two engines; the numbers are made up.
+VLLM_METRICS = """\
+# HELP python_gc_objects_collected_total Objects collected during gc
+# TYPE python_gc_objects_collected_total counter
+python_gc_objects_collected_total{generation="0"} 21873.0
+# HELP process_resident_memory_bytes Resident memory size in bytes.
+# TYPE process_resident_memory_bytes gauge
+process_resident_memory_bytes 4.3127808e+09
+# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="Kimi K2.5 NVFP4"} 7.0
+vllm:num_requests_running{engine="1",model_name="Kimi K2.5 NVFP4"} 5.0
+# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="Kimi K2.5 NVFP4"} 2.0
+vllm:num_requests_waiting{engine="1",model_name="Kimi K2.5 NVFP4"} 0.0
+# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="Kimi K2.5 NVFP4"} 0.4127
+vllm:kv_cache_usage_perc{engine="1",model_name="Kimi K2.5 NVFP4"} 0.2981
+# HELP vllm:request_success_total Count of successfully processed requests.
+# TYPE vllm:request_success_total counter
+vllm:request_success_total{engine="0",finished_reason="stop",model_name="Kimi K2.5 NVFP4"} 1532.0
+vllm:request_success_total{engine="0",finished_reason="length",model_name="Kimi K2.5 NVFP4"} 17.0
+# HELP vllm:e2e_request_latency_seconds Histogram of e2e request latency in seconds.
+# TYPE vllm:e2e_request_latency_seconds histogram
+vllm:e2e_request_latency_seconds_bucket{engine="0",le="0.3",model_name="Kimi K2.5 NVFP4"} 4.0
+vllm:e2e_request_latency_seconds_bucket{engine="0",le="+Inf",model_name="Kimi K2.5 NVFP4"} 1549.0
+vllm:e2e_request_latency_seconds_count{engine="0",model_name="Kimi K2.5 NVFP4"} 1549.0
+vllm:e2e_request_latency_seconds_sum{engine="0",model_name="Kimi K2.5 NVFP4"} 18211.53
+
+"""
+
+
+def test_parse_metrics_sums_the_gauges_over_engines():
+    assert parse_metrics(VLLM_METRICS) == {"vllm:num_requests_running": 12.0,
+                                           "vllm:num_requests_waiting": 2.0}
+
+
+def test_parse_metrics_other_names_and_unlabelled_samples():
+    totals = parse_metrics(VLLM_METRICS, names=("vllm:kv_cache_usage_perc",
+                                                "process_resident_memory_bytes",
+                                                "vllm:e2e_request_latency_seconds"))
+    assert totals == {"vllm:kv_cache_usage_perc": pytest.approx(0.7108),
+                      "process_resident_memory_bytes": 4312780800.0,
+                      # the histogram's _bucket/_count/_sum series are other names
+                      "vllm:e2e_request_latency_seconds": 0.0}
+
+
+def test_parse_metrics_skips_a_garbled_sample_and_reads_an_empty_page_as_zero():
+    text = ('vllm:num_requests_running{engine="0"} 3.0\n'
+            'vllm:num_requests_running{engine="1"} NaNish\n'
+            "vllm:num_requests_running\n")
+    assert parse_metrics(text) == {"vllm:num_requests_running": 3.0,
+                                   "vllm:num_requests_waiting": 0.0}
+    assert parse_metrics("") == {"vllm:num_requests_running": 0.0,
+                                 "vllm:num_requests_waiting": 0.0}
+
+
+def test_the_fake_hosts_metrics_parse_like_vllms():
+    """The fake's /metrics (used by the cutover tests) reads as its requests in flight."""
+    host = FakeHost()
+    blue = host.unit("vllm-blue.service", BLUE_URL, "blue-model", active=True, engines=2,
+                     max_running=3)
+    blue.inflight = [1.0, 2.0, 3.0, 4.0, 5.0, 0.5]
+    res = host.request("GET", BLUE_URL + "/metrics")
+    assert 'vllm:num_requests_running{engine="1",model_name="blue-model"} 1.0' in res.body
+    assert parse_metrics(res.body) == {"vllm:num_requests_running": 3.0,
+                                       "vllm:num_requests_waiting": 3.0}
+
+
+# -- drain -----------------------------------------------------------------------------------
+
+
+def blue_with(inflight, **kwargs):
+    host = FakeHost()
+    unit = host.unit("vllm-blue.service", BLUE_URL, "blue-model", active=True, **kwargs)
+    unit.inflight = list(inflight)
+    return host
+
+
+def test_drain_returns_once_running_and_waiting_reach_zero():
+    host = blue_with([0.3, 0.5, 0.9, 0.9], max_running=3)
+    outcome = drain(BLUE_URL + "/", 60.0, request=host.request, clock=host.clock,
+                    sleep=host.sleep)
+    assert outcome == {"drained": True, "seconds": 1.0, "running": 0, "waiting": 0}
+    assert host.events() == ["metrics vllm-blue.service: running=3 waiting=1",
+                             "metrics vllm-blue.service: running=3 waiting=0",
+                             "metrics vllm-blue.service: running=2 waiting=0",
+                             "metrics vllm-blue.service: running=0 waiting=0"]
+    assert host.sleeps == [0.2] * 5
+    assert set(host.http) == {("GET", BLUE_URL + "/metrics")}
+
+
+def test_drain_times_out_with_the_counts_left():
+    host = blue_with([100.0] * 5, max_running=4)
+    outcome = drain(BLUE_URL, 1.0, request=host.request, clock=host.clock, sleep=host.sleep,
+                    interval_s=0.25)
+    assert outcome == {"drained": False, "seconds": 1.0, "running": 4, "waiting": 1}
+    assert host.sleeps == [0.25] * 4
+
+
+def test_drain_with_nothing_in_flight_returns_at_once():
+    host = blue_with([])
+    assert drain(BLUE_URL, 60.0, request=host.request, clock=host.clock, sleep=host.sleep) == {
+        "drained": True, "seconds": 0.0, "running": 0, "waiting": 0}
+    assert host.sleeps == []
+
+
+def test_drain_counts_a_dead_server_as_drained():
+    host = blue_with([5.0, 6.0])
+    host.run_command(["systemctl", "stop", "vllm-blue.service"])
+    assert drain(BLUE_URL, 60.0, request=host.request, clock=host.clock, sleep=host.sleep) == {
+        "drained": True, "seconds": 0.0, "running": 0, "waiting": 0,
+        "note": f"/metrics answered {CONN_REFUSED}"}
+
+
+def test_drain_server_that_dies_while_draining():
+    host = blue_with([5.0])
+    calls = []
+
+    def request(method, url, payload=None, timeout=10.0):
+        calls.append(url)
+        if len(calls) == 3:
+            host.run_command(["systemctl", "stop", "vllm-blue.service"])
+        return host.request(method, url, payload, timeout)
+
+    outcome = drain(BLUE_URL, 60.0, request=request, clock=host.clock, sleep=host.sleep)
+    assert outcome == {"drained": True, "seconds": 0.4, "running": 0, "waiting": 0,
+                       "note": f"/metrics answered {CONN_REFUSED}"}
