@@ -1,4 +1,3 @@
-import os
 from types import SimpleNamespace
 
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import disk_space
@@ -43,6 +42,13 @@ def test_margin_ratio_adds_a_fraction_of_the_need():
 def test_missing_path_uses_nearest_existing_parent(tmp_path):
     deep = tmp_path / "a" / "b" / "c"
     assert disk_space.existing_ancestor(str(deep)) == str(tmp_path)
-    st = os.statvfs(tmp_path)
-    assert disk_space.free_bytes(str(deep)) == st.f_bavail * st.f_frsize
+    seen = []
+
+    def statvfs(path):
+        seen.append(path)
+        return SimpleNamespace(f_bavail=10, f_frsize=4096)
+
+    # The filesystem measured is the one of the nearest existing parent.
+    assert disk_space.free_bytes(str(deep), statvfs=statvfs) == 40960
+    assert seen == [str(tmp_path)]
     assert disk_space.same_filesystem(str(deep), str(tmp_path)) is True
