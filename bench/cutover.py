@@ -170,7 +170,8 @@ def cutover_under_load(args, green, strategy):
     summary = summarise(load.results, cutover_started)
     summary.update({"rc": rc, "green": green, "strategy": strategy,
                     "time_to_healthy_s": res.get("time_to_healthy_s"),
-                    "downtime_s": res.get("downtime_s"), "msg": res.get("msg", "")})
+                    "downtime_s": res.get("downtime_s"), "msg": res.get("msg", ""),
+                    "phases": res.get("phases", {}), "drain": res.get("blue_drain", {})})
     tth = summary["time_to_healthy_s"]
     summary["ratio"] = round(summary["window_s"] / tth, 3) if tth else None
     return summary
@@ -255,6 +256,9 @@ def main():
             problems.extend(targets_missed(row))
 
     print_table(rows)
+    for r in rows:
+        print(f"  {r['strategy']} -> {r['green']}: phases (s) {r['phases']}; "
+              f"blue drain {r['drain']}")
     total = sum(r["sent"] for r in rows if r["strategy"] == "parallel")
     if "parallel" in args.strategies and total < args.min_requests:
         problems.append(f"parallel runs sent {total} requests, fewer than {args.min_requests}")
