@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import FIXTURES, ROOT
+from repo_paths import FIXTURES, ROOT
 
 REPORT = ROOT / "bench" / "report.py"
 CAPTURES = FIXTURES / "bench"

@@ -3,7 +3,7 @@
 
 import pytest
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import gpu_facts as gf
-from conftest import FIXTURES
+from repo_paths import FIXTURES
 
 H200 = FIXTURES / "gpu" / "h200x2-nvlink"
 SYNTH = FIXTURES / "gpu" / "synthetic-rtxpro6000x8-pcie"

@@ -5,7 +5,7 @@ equals what the parsers make here of the raw outputs captured in the same run.""
 import json
 
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import gpu_facts as gf
-from conftest import FIXTURES
+from repo_paths import FIXTURES
 
 DEV = FIXTURES / "gpu" / "h200-device-2026-11-29"
 MIB = 1024 * 1024

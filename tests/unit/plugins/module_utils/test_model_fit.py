@@ -15,7 +15,7 @@ from decimal import Decimal
 
 import pytest
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import model_fit as mf
-from conftest import FIXTURES
+from repo_paths import FIXTURES
 
 MODELS = FIXTURES / "models"
 GIB = 1024**3

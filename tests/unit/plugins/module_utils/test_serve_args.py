@@ -10,7 +10,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.serve_args import
     systemd_quote,
     vllm_serve_argv,
 )
-from conftest import ROOT
+from repo_paths import ROOT
 
 
 def test_option_flag_turns_underscores_into_dashes():

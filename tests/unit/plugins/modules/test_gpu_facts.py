@@ -6,7 +6,7 @@ import json
 import pytest
 from ansible.module_utils import basic
 from ansible_collections.vllm_fleet.fleet.plugins.modules import gpu_facts
-from conftest import FIXTURES
+from repo_paths import FIXTURES
 
 H200 = FIXTURES / "gpu" / "h200x2-nvlink"
 SYNTH = FIXTURES / "gpu" / "synthetic-rtxpro6000x8-pcie"

@@ -8,7 +8,7 @@ import pytest
 from ansible.module_utils import basic
 from ansible.module_utils.common.text.converters import to_bytes
 from ansible_collections.vllm_fleet.fleet.plugins.modules import model_fit as module
-from conftest import FIXTURES
+from repo_paths import FIXTURES
 
 GPU = {"count": 8, "memory_total_bytes": 102_641_958_912, "compute_capability": "12.0",
        "interconnect": "pcie"}
