@@ -37,11 +37,13 @@ def run_playbook(playbook, extravars):
             quiet=True,
         )
         wall = time.monotonic() - start
+        # Read what the run left before its private folder goes away.
         events = list(runner.events)
+        stats = runner.stats or {}
     if runner.rc != 0:
         tail = [e.get("stdout", "") for e in events[-15:]]
         sys.exit(f"{playbook} failed (rc={runner.rc}):\n" + "\n".join(tail))
-    return wall, runner.stats, events
+    return wall, stats, events
 
 
 def cutover_result(events):
