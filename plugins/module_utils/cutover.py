@@ -15,13 +15,13 @@ import datetime as dt
 import json
 import os
 import socket
-import tempfile
 import time
 
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import (
     FrontDoorError,
     drain,
     upstream_conf,
+    write_atomic,
 )
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import (
     urllib_request,
@@ -144,17 +144,7 @@ def write_record(path, record):
     """Write the record atomically (temp file + rename in the same folder)."""
     folder = os.path.dirname(path) or "."
     os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".vllm_fleet.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(record, handle, indent=2, sort_keys=True)
-            handle.write("\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_atomic(path, json.dumps(record, indent=2, sort_keys=True) + "\n", prefix=".vllm_fleet.")
 
 
 def now_iso(clock=time.time):

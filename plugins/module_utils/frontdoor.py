@@ -41,9 +41,10 @@ def read_upstream(path):
         return None
 
 
-def write_atomic(path, text, mode=0o644):
+def write_atomic(path, text, mode=0o644, prefix=".upstream."):
+    """Write `text` to `path` through a temp file in the same folder and a rename."""
     folder = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".upstream.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=prefix, suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
