@@ -4,3 +4,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
+# The model catalog and the model configs the fit reads (role defaults / files).
+CATALOG = ROOT / "roles" / "vllm_model" / "defaults" / "main" / "catalog.yml"
+MODEL_CONFIGS = ROOT / "roles" / "vllm_model" / "files" / "model_configs"

@@ -39,6 +39,8 @@ import hashlib
 import json
 import os
 import re
+import site
+import sys
 import threading
 import time
 
@@ -60,6 +62,10 @@ class DownloadError(Exception):
         super(DownloadError, self).__init__(msg)
         self.msg = msg
         self.details = details
+
+
+class HubMissingError(DownloadError):
+    """huggingface_hub cannot be imported (a host before its tools virtualenv exists)."""
 
 
 class RetryableError(Exception):
@@ -194,6 +200,17 @@ def find_orphans(local_dir, hf_cache_repo_dir, wanted_partials):
     return sorted(found)
 
 
+def bytes_under(folder):
+    """Bytes of the regular files under `folder` (0 when it does not exist)."""
+    total = 0
+    for dirpath, _dirs, files in os.walk(folder):
+        for name in files:
+            path = os.path.join(dirpath, name)
+            if os.path.isfile(path) and not os.path.islink(path):
+                total += file_size(path)
+    return total
+
+
 def file_size(path):
     try:
         return os.path.getsize(path)
@@ -239,6 +256,7 @@ class Progress(object):
         self.start_done = done
         self.files_total = files_total
         self.files_done = 0
+        self.retries = {}
         self.t0 = time.monotonic()
         self.state = "downloading"
         self._stop = threading.Event()
@@ -247,6 +265,10 @@ class Progress(object):
     def add(self, n):
         with self.lock:
             self.done += n
+
+    def note_retry(self, path):
+        with self.lock:
+            self.retries[path] = self.retries.get(path, 0) + 1
 
     def file_done(self):
         with self.lock:
@@ -267,6 +289,7 @@ class Progress(object):
                 rate_bytes_per_s=int(rate),
                 eta_seconds=int(left / rate) if rate > 0 else None,
                 elapsed_seconds=round(elapsed, 1),
+                retries=dict(self.retries),
                 updated=time.time(),
             )
             return snap
@@ -299,18 +322,41 @@ class Progress(object):
 # huggingface_hub adapter
 
 
-def import_hub():
-    """Import huggingface_hub lazily; raise DownloadError with a clear message if absent."""
+def venv_site_packages(venv):
+    """site-packages of a virtualenv made by this same Python (lib/pythonX.Y/site-packages)."""
+    if not venv:
+        return None
+    path = os.path.join(
+        venv, "lib", "python%d.%d" % sys.version_info[:2], "site-packages"
+    )
+    return path if os.path.isdir(path) else None
+
+
+def import_hub(hub_venv=None):
+    """Import huggingface_hub lazily; raise HubMissingError with a clear message if absent.
+
+    `hub_venv` is a virtualenv made by the Python running this module (the role's
+    tools virtualenv): its site-packages joins the import path, so the module
+    runs under the host's own interpreter either way.
+    """
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     os.environ.setdefault("HF_HUB_DISABLE_XET", "1")
+    site_packages = venv_site_packages(hub_venv)
+    if site_packages and site_packages not in sys.path:
+        site.addsitedir(site_packages)
     try:
         import huggingface_hub
         import huggingface_hub.errors
         import huggingface_hub.utils
     except ImportError as e:
-        raise DownloadError(
-            "huggingface_hub is not importable by this interpreter (%s): run the task with the "
-            "tools virtualenv's python as ansible_python_interpreter (%s)" % (os.sys.executable, e)
+        raise HubMissingError(
+            "huggingface_hub is not importable by %s (%s)%s"
+            % (
+                sys.executable,
+                e,
+                "" if site_packages else "; no virtualenv of this Python at %s" % hub_venv
+                if hub_venv else "",
+            )
         ) from e
     return huggingface_hub
 
@@ -415,6 +461,8 @@ class HfDownloader(object):
         check_mode=False,
         timeout=60.0,
         sleep=time.sleep,
+        hub_venv=None,
+        size_hint=None,
     ):
         self.repo_id = repo_id
         self.local_dir = os.path.abspath(local_dir)
@@ -435,7 +483,10 @@ class HfDownloader(object):
         self.check_mode = check_mode
         self.timeout = timeout
         self.sleep = sleep
+        self.hub_venv = hub_venv
+        self.size_hint = None if size_hint is None else int(size_hint)
         self.hub = None
+        self.progress = None
         self.cancel = threading.Event()
         self.retries_used = 0
         self._retry_lock = threading.Lock()
@@ -643,6 +694,8 @@ class HfDownloader(object):
             ) from exc
         with self._retry_lock:
             self.retries_used += 1
+        if self.progress is not None:
+            self.progress.note_retry(rf.path)
         self.sleep(self._backoff(attempt))
         return attempt + 1
 
@@ -672,8 +725,13 @@ class HfDownloader(object):
         t0 = time.monotonic()
         if self.hf_home:
             os.environ["HF_HOME"] = self.hf_home
-        self.hub = import_hub()
-        if self.check_mode and not os.path.isdir(self.local_dir):
+        try:
+            self.hub = import_hub(self.hub_venv)
+        except HubMissingError as e:
+            if self.check_mode and self.size_hint is not None:
+                return self.estimate(t0, e.msg)
+            raise
+        if self.check_mode:  # read-only: no folder, no lock file
             return self._run_locked(t0, waited=0.0)
         try:
             os.makedirs(self.local_dir, exist_ok=True)
@@ -681,6 +739,33 @@ class HfDownloader(object):
             raise DownloadError("cannot create local_dir %s: %s" % (self.local_dir, e)) from e
         with model_lock(self.local_dir) as waited:
             return self._run_locked(t0, waited)
+
+    def estimate(self, t0, why):
+        """Check mode without huggingface_hub: the size hint less what is on disk.
+
+        A host before its first download has no tools virtualenv; the plan
+        still says whether the volume can hold the model, from the catalog's
+        size instead of the Hub's file list, and says so.
+        """
+        on_disk = bytes_under(self.local_dir)
+        need = max(self.size_hint - on_disk, 0)
+        return {
+            "estimated": True,
+            "estimate_reason": why,
+            "revision": None,
+            "revision_requested": self.revision,
+            "files": None,
+            "bytes_total": self.size_hint,
+            "bytes_to_download": need,
+            "bytes_on_disk": on_disk,
+            "files_to_fetch": [],
+            "files_mismatched": [],
+            "orphans_removed": [],
+            "disk": disk_space.check(self.local_dir, need, self.margin_bytes),
+            "changed": True,
+            "bytes_downloaded": 0,
+            "seconds": round(time.monotonic() - t0, 3),
+        }
 
     def _classify_local(self, sha, remote, manifest):
         """Split remote files into trusted / to hash / to fetch (no network)."""
@@ -718,6 +803,7 @@ class HfDownloader(object):
         disk = disk_space.check(self.local_dir, bytes_to_download, self.margin_bytes)
         disk["free_bytes_after_cleanup"] = disk["free_bytes"] + orphan_bytes
         result = {
+            "estimated": False,
             "revision": sha,
             "revision_requested": self.revision,
             "files": len(remote),
@@ -770,6 +856,7 @@ class HfDownloader(object):
             files_total=len(remote),
         )
         progress.files_done = len(verified)
+        self.progress = progress
         progress.start()
         downloaded = 0
         refetched = []

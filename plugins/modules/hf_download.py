@@ -27,8 +27,11 @@ description:
   - Removes orphaned C(*.incomplete) files that huggingface_hub leaves after a kill.
   - Fails before the first byte when the filesystem lacks the bytes still to download plus
     O(margin_bytes).
-  - Runs on the target under an interpreter that has huggingface_hub (a tools virtualenv);
-    set C(ansible_python_interpreter) for this task.
+  - Needs huggingface_hub, importable by the host's interpreter or installed in the virtualenv
+    O(hub_venv) made by that same interpreter (its site-packages joins the import path).
+  - In check mode on a host where huggingface_hub cannot be imported yet (before the first
+    download made the tools virtualenv), the plan is an estimate from O(size_hint_bytes) less the
+    bytes already under O(local_dir), and says so (RV(estimated)).
 author:
   - vllm-fleet contributors
 options:
@@ -92,28 +95,33 @@ options:
     description: Free bytes to keep on the filesystem beyond what the download needs.
     type: int
     default: 1073741824
+  hub_venv:
+    description: A virtualenv holding huggingface_hub, made by the Python that runs this module.
+    type: path
+  size_hint_bytes:
+    description: Expected size of the download in bytes (the catalog's), for the check-mode estimate
+      when huggingface_hub cannot be imported; unset, check mode then fails like a real run.
+    type: int
 attributes:
   check_mode:
     support: full
     details: Resolves the revision, hashes unverified local files and reports the bytes that
-      would be fetched; writes nothing.
+      would be fetched; writes nothing (no folder, no lock file).
   diff_mode:
     support: full
     details: Shows the recorded revision and the files to fetch before and after.
 notes:
-  - Needs huggingface_hub importable by the task's interpreter.
   - Check mode reads local files to hash them when the manifest does not vouch for them.
 """
 
 EXAMPLES = r"""
 - name: Download MiniMax-M2.5 NVFP4 into the models root
-  vars:
-    ansible_python_interpreter: /opt/vllm-fleet/tools/bin/python
   vllm_fleet.fleet.hf_download:
     repo_id: nvidia/MiniMax-M2.5-NVFP4
     revision: main
     local_dir: /srv/models/nvidia--MiniMax-M2.5-NVFP4
     token_file: /etc/vllm-fleet/hf_token
+    hub_venv: /opt/vllm-fleet/tools
     hf_home: /srv/models/.hf
     allow_patterns: ["*.json", "*.safetensors", "*.py", "tokenizer*"]
     progress_file: /run/vllm-fleet/download-minimax.json
@@ -130,6 +138,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+estimated:
+  description: True when the figures are an estimate from O(size_hint_bytes) (check mode without
+    huggingface_hub); the revision is then not resolved (null).
+  type: bool
+  returned: success
 changed:
   description: True only when bytes were fetched, files replaced or orphans removed.
   type: bool
@@ -212,6 +225,8 @@ def main():
             "progress_file": {"type": "path"},
             "progress_interval": {"type": "float", "default": 10.0},
             "margin_bytes": {"type": "int", "default": 1073741824},
+            "hub_venv": {"type": "path"},
+            "size_hint_bytes": {"type": "int"},
         },
         mutually_exclusive=[("token", "token_file")],
         supports_check_mode=True,
@@ -237,6 +252,8 @@ def main():
             progress_interval=p["progress_interval"],
             margin_bytes=p["margin_bytes"],
             check_mode=module.check_mode,
+            hub_venv=p["hub_venv"],
+            size_hint=p["size_hint_bytes"],
         )
         result = downloader.run()
     except DownloadError as e:

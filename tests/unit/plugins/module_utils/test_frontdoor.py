@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible_collections.vllm_fleet.fleet.plugins.filter.frontdoor import (
+    FilterModule as FrontdoorFilters,
+)
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import frontdoor as frontdoor_mod
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import (
     FrontDoor,
@@ -63,10 +66,14 @@ def test_upstream_conf_for_none():
 
 
 def test_the_roles_initial_upstream_is_the_cutovers_none():
-    """The role writes it once (force: false); the cutover must see it as 'none', unchanged."""
+    """The role writes it once (force: false) through the cutover's own renderer."""
     tasks = yaml.safe_load((ROOT / "roles/vllm_frontdoor/tasks/main.yml").read_text())
     copy = next(t["ansible.builtin.copy"] for t in tasks if "ansible.builtin.copy" in t)
-    assert copy["content"] == upstream_conf(None)
+    assert copy["content"] == "{{ none | vllm_fleet.fleet.frontdoor_upstream }}"
+    assert copy["force"] is False
+    filters = FrontdoorFilters().filters()
+    assert filters["frontdoor_upstream"](None) == upstream_conf(None)
+    assert filters["frontdoor_upstream"]("8011", model="m") == upstream_conf(8011, model="m")
 
 
 def test_write_atomic_replaces_the_file_by_rename(tmp_path):

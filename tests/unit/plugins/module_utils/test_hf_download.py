@@ -95,12 +95,23 @@ def test_lock_is_exclusive_across_processes(tmp_path):
         assert (tmp_path / m.LOCK_NAME).read_text().strip() == str(os.getpid())
 
 
-def test_missing_huggingface_hub_is_a_clear_error(monkeypatch):
+def test_missing_huggingface_hub_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)
-    with pytest.raises(
-        m.DownloadError, match="huggingface_hub is not importable by this interpreter"
-    ):
+    with pytest.raises(m.HubMissingError, match=r"huggingface_hub is not importable by .*python"):
         m.import_hub()
+    missing = f"no virtualenv of this Python at {tmp_path}/tools"
+    with pytest.raises(m.HubMissingError, match=missing):
+        m.import_hub(str(tmp_path / "tools"))
+
+
+def test_hub_venv_joins_the_import_path(monkeypatch, tmp_path):
+    """A virtualenv of this Python: its site-packages is searched for huggingface_hub."""
+    site = tmp_path / "tools" / "lib" / ("python%d.%d" % sys.version_info[:2]) / "site-packages"
+    site.mkdir(parents=True)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    assert m.venv_site_packages(str(tmp_path / "tools")) == str(site)
+    m.import_hub(str(tmp_path / "tools"))
+    assert str(site) in sys.path
 
 
 def test_read_token_prefers_option_and_reads_file(tmp_path):

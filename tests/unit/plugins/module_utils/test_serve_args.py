@@ -10,7 +10,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.serve_args import
     systemd_quote,
     vllm_serve_argv,
 )
-from repo_paths import ROOT
+from repo_paths import CATALOG
 
 
 def test_option_flag_turns_underscores_into_dashes():
@@ -112,7 +112,7 @@ def test_exec_line_needs_a_program():
 
 
 def test_golden_exec_start_for_the_catalogs_minimax_m25():
-    models = yaml.safe_load((ROOT / "group_vars" / "all" / "models.yml").read_text())
+    models = yaml.safe_load(CATALOG.read_text())
     entry = models["vllm_fleet_catalog"]["minimax_m25"]
     serve = dict(entry["serve"])
     # The two templated values, resolved by hand for the default layout tp8_ep.

@@ -1,11 +1,11 @@
 """The hf_download module entry point: arguments, fail_json, exit_json (no traceback)."""
 
 import json
+import sys
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import hf_download as mu
-from ansible_collections.vllm_fleet.fleet.plugins.modules import disk_space as disk_space_module
 from ansible_collections.vllm_fleet.fleet.plugins.modules import hf_download as module
 
 
@@ -66,17 +66,34 @@ def test_result_is_passed_through_and_diff_dropped_without_diff_mode(monkeypatch
     assert seen == {"check": True, "workers": 3, "backoff": 2.0}
 
 
-def test_disk_space_module_fails_with_need_free_path(capsys, tmp_path):
-    rc, out = _run(disk_space_module, {"path": str(tmp_path / "new"), "need_bytes": 2**60}, capsys)
-    assert rc == 1
-    assert out["msg"].startswith(
-        f"not enough disk space on {tmp_path} for {tmp_path / 'new'}: "
-        "need 1152921504606846976 bytes"
-    )
-    assert out["path"] == str(tmp_path / "new")
-    assert out["filesystem_path"] == str(tmp_path)
-    assert out["fits"] is False
-    rc, out = _run(disk_space_module, {"path": str(tmp_path), "need_bytes": 1}, capsys)
+def test_check_mode_without_huggingface_hub_estimates_from_the_size_hint(
+        monkeypatch, capsys, tmp_path):
+    """A host before its first download: no huggingface_hub, the catalog's size less the disk."""
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)
+    model = tmp_path / "org" / "x"
+    (model / "sub").mkdir(parents=True)
+    (model / "sub" / "model-00001.safetensors").write_bytes(b"x" * 1000)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    rc, out = _run(module, {"repo_id": "org/x", "local_dir": str(model), "size_hint_bytes": 2**60,
+                            "margin_bytes": 0, "hub_venv": str(tmp_path / "tools"),
+                            "_ansible_check_mode": True}, capsys)
     assert rc == 0
-    assert out["changed"] is False
-    assert out["free_bytes"] > 0
+    assert out["estimated"] is True
+    assert out["revision"] is None
+    assert out["bytes_on_disk"] == 1000
+    assert out["bytes_to_download"] == 2**60 - 1000
+    assert out["disk"]["ok"] is False
+    assert out["disk"]["need_bytes"] == 2**60 - 1000
+    assert "not enough disk space" in out["disk"]["msg"]
+    assert "huggingface_hub is not importable" in out["estimate_reason"]
+    # check mode wrote nothing: no lock folder, no manifest, no progress file
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+def test_without_huggingface_hub_a_real_run_fails_clearly(monkeypatch, capsys, tmp_path):
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)
+    rc, out = _run(module, {"repo_id": "org/x", "local_dir": str(tmp_path / "m"),
+                            "size_hint_bytes": 10}, capsys)
+    assert rc == 1
+    assert out["msg"].startswith("huggingface_hub is not importable by ")
+    assert not (tmp_path / "m").exists()

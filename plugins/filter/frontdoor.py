@@ -1,0 +1,21 @@
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
+"""Filter frontdoor_upstream: the text of the front door's upstream include file."""
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import upstream_conf
+
+
+def _frontdoor_upstream(port=None, model=None, host="127.0.0.1"):
+    """The same text vllm_cutover writes (module_utils/frontdoor.py: upstream_conf)."""
+    try:
+        return upstream_conf(None if port in (None, "") else int(port), host=host, model=model)
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError(f"frontdoor_upstream wants a port number or none: {exc}") from exc
+
+
+class FilterModule:
+    """vllm_fleet.fleet front door filters."""
+
+    def filters(self):
+        return {"frontdoor_upstream": _frontdoor_upstream}
