@@ -1,34 +1,80 @@
-# Copyright 2026 vllm-fleet contributors
-# Apache License 2.0 (see galaxy.yml)
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
 """Will this model fit on these GPUs, and how much KV cache is left?
 
 Plain functions over the model's config.json (and hf_quant_config.json), the
 catalog's serve options and GPU facts. Standard library only: this runs on the
 controller through a filter and on targets through the model_fit module.
 
-The KV cache arithmetic follows vLLM v1 (vllm/v1/kv_cache_interface.py and
-vllm/v1/core/kv_cache_utils.py):
+The arithmetic follows vLLM's own source. Files and the commit read (through the
+public code index, 2026) are named at each size; "kv_cache_interface.py" means
+vllm-project/vllm:vllm/v1/kv_cache_interface.py at 001cabc1be16, "kv_cache_utils.py"
+means vllm-project/vllm:vllm/v1/core/kv_cache_utils.py at the same commit.
 
-* GQA/MHA layer page = 2 (K and V) x block_size x kv_heads_per_rank x head_dim
-  x dtype bytes, with kv_heads_per_rank = max(1, kv_heads // tp) (a KV head is
-  replicated when tensor parallel > KV heads).
-* MLA layer page = block_size x (kv_lora_rank + qk_rope_head_dim) x dtype bytes,
-  the same on every tensor-parallel rank (the latent is not split).
-* num_blocks = available_bytes // page_bytes // num_layers; the logged
-  "GPU KV cache size" is num_blocks x block_size tokens; "Maximum concurrency"
-  is num_blocks / ceil(max_model_len / block_size).
+* Every attention layer gets a KV cache spec; its page is the bytes of one block
+  (block_size tokens) on one GPU:
+  - full attention (MHA/GQA), FullAttentionSpec.real_page_size_bytes:
+    block_size x kv_heads_per_rank x (head_size + head_size_v) x dtype bytes,
+    kv_heads_per_rank = max(1, kv_heads // tp) (a KV head is replicated when
+    tensor parallel > KV heads);
+  - sliding window (SlidingWindowSpec): the same page; a request holds at most
+    cdiv(min(window - 1 + max_num_batched_tokens, max_model_len), block) + 1 blocks;
+  - MLA (MLAAttentionSpec): block_size x (kv_lora_rank + qk_rope_head_dim) x dtype
+    bytes on every tensor-parallel rank (one latent, not split by TP), or
+    block_size x 656 bytes in the fp8_ds_mla layout;
+  - sparse MLA (DeepSeek-V3.2, GLM-5 DSA) adds an indexer key cache per layer,
+    DeepseekV32IndexerCache.get_kv_cache_spec (vllm/model_executor/models/
+    deepseek_v2.py): MLAAttentionSpec with head_size = index_head_dim +
+    index_head_dim // 128 x 4 (FP8 values plus one fp32 scale per 128), uint8;
+  - linear attention (gated delta net, Qwen3-Next / Qwen3.5): a MambaSpec holding
+    one fixed-size state per request, MambaStateShapeCalculator.
+    gated_delta_net_state_shape (vllm/model_executor/layers/mamba/mamba_utils.py):
+    conv state conv_dim / tp x (conv_kernel - 1 + num_spec) elements, conv_dim =
+    key_dim x key_heads x 2 + value_dim x value_heads, plus a temporal state of
+    value_heads / tp x key_dim x value_dim elements.
+* Grouping (kv_cache_utils.get_kv_cache_groups): identical specs form one group
+  (num_blocks = available // page // layers); specs of one type with different
+  pages (MLA + indexer) form one UniformTypeKVCacheSpecs group whose page is the
+  sum of the layers' pages (num_blocks = available // sum); otherwise (hybrid)
+  pages are unified (HybridAttentionMambaModelConfig in vllm/model_executor/
+  models/config.py raises the attention block size until its page >= the mamba
+  state and pads the state) and layers of each type are split into groups of
+  group_size layers (the smallest type count, or the largest when it is < 1.5x
+  the smallest): num_blocks = available // page // group_size.
+* Decode context parallel (DCP) splits every full-attention/MLA cache by token
+  position across the DCP ranks: a request needs cdiv(max_model_len, dcp) tokens
+  on each rank (FullAttentionSpec.max_memory_usage_bytes), so capacity grows
+  DCP-fold instead of replicating the latent on every tensor-parallel rank.
+* Logged "GPU KV cache size": vLLM <= 0.19 logs num_blocks // groups x min block
+  size x dcp x pcp (kv_cache_utils._report_kv_cache_config; vllm-project/vllm
+  issue 40691 shows it on 0.19.0); newer releases log int(max_concurrency x
+  max_model_len) (same function after the fix for hybrid models; a 0.24.0 log in
+  noonghunna/club-3090 issue 612 already shows it). "Maximum concurrency" is
+  num_blocks / sum over groups of the blocks one max-length request needs.
 """
 
+import json
+import re
 from decimal import Decimal
 
 GIB = 1024**3
 MIB = 1024**2
 DEFAULT_BLOCK_SIZE = 16
-# Memory vLLM takes per GPU besides weights and KV cache: activation peak of the
-# profiling run, CUDA graphs, NCCL and cuBLAS workspaces, the driver's reserved
-# memory that nvidia-smi counts in memory.total. vLLM measures it at start-up;
-# this estimate is an assumption, override it per model or hardware profile.
-DEFAULT_OVERHEAD_BYTES = 9 * GIB
+# FlashMLA sparse (the DSA backends) and the DeepGEMM indexer use 64-token blocks.
+SPARSE_MLA_BLOCK_SIZE = 64
+# Tokens scheduled per step when serve does not set max_num_batched_tokens; only
+# sliding-window layers depend on it. vLLM picks 8192 for an OpenAI server on GPUs
+# with >= 70 GiB (EngineArgs._set_default_args); an assumption for smaller ones.
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
+# vLLM's fp8_ds_mla layout (vllm/v1/attention/backends/mla/flashmla_sparse.py):
+# 512 FP8 latent values + 4 fp32 scales + 64 bf16 RoPE values = 656 bytes.
+FP8_DS_MLA_BYTES_PER_TOKEN = 656
+INDEXER_QUANT_BLOCK = 128
+# The first vLLM release that logs int(max_concurrency x max_model_len); 0.19.0
+# still logs blocks (issue 40691), 0.24.0 already the product (club-3090 #612).
+# The exact release in between is not known; 0.20.0 is assumed.
+CONCURRENCY_LOG_SINCE = (0, 20, 0)
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 _DTYPE_BYTES = {
     "auto": None,
@@ -43,12 +89,124 @@ _DTYPE_BYTES = {
     "fp8_inc": 1,
     "fp8_ds_mla": 1,
 }
-# vLLM's fp8_ds_mla layout (FlashMLA sparse) stores 656 bytes per token and layer.
-_FP8_DS_MLA_BYTES_PER_TOKEN = 656
+
+
+# ---------------------------------------------------------------------------
+# Per-GPU overhead, derived from public vLLM start-up logs
+# ---------------------------------------------------------------------------
+#
+# overhead = gpu_memory_utilization x memory.total - "Model loading took"
+#            - "Available KV cache memory"
+# i.e. everything vLLM keeps per GPU besides weights and KV cache (activation peak
+# of the profiling run, NCCL and cuBLAS workspaces, CUDA graphs on vLLM >= 0.21,
+# the driver's reserve inside nvidia-smi's memory.total). It depends on the
+# batch limits and the vLLM release as much as on the model, so each class's
+# figure is the one public log we could read completely; override it per model
+# or hardware profile (overhead_bytes_per_gpu) when you have your own log.
+OVERHEAD_LOGS = {
+    "full": {
+        "what": "MiniMax-M2.5 FP8, GQA, TP4 on RTX PRO 6000 Blackwell (97,887 MiB), vLLM default "
+                "gpu_memory_utilization 0.9",
+        "source": "https://github.com/voipmonitor/rtx6kpro/blob/"
+                  "07e889858b0b03c467963611d5d26fbaf15301c0/models/minimax-m25.md",
+        "gpu_memory_utilization": "0.9",
+        "memory_total_bytes": 97_887 * MIB,
+        "weights_gib": "53.75",
+        "available_kv_gib": "23.62",
+    },
+    "mla": {
+        "what": "Kimi-K2.5 INT4, MLA, TP8 on RTX PRO 6000, FP8 KV, gpu_memory_utilization 0.93: "
+                "~449,600 tokens (no weights line published; weights = 595 GB / 8)",
+        "source": "https://github.com/voipmonitor/rtx6kpro/blob/"
+                  "07e889858b0b03c467963611d5d26fbaf15301c0/models/kimi-k25.md",
+        "gpu_memory_utilization": "0.93",
+        "memory_total_bytes": 97_887 * MIB,
+        "weights_bytes": 595_000_000_000 // 8,
+        # 449,600 tokens x 61 layers x 576 B (fp8 latent) per token
+        "available_kv_bytes": 449_600 * 61 * 576,
+    },
+    "hybrid": {
+        "what": "gpt-oss-20b MXFP4 (sliding + full attention), TP1 on A100 80GB (81,920 MiB), "
+                "gpu_memory_utilization 0.65, vLLM 0.19.0",
+        "source": "https://myoceane.fr/index.php/ai-vllm-a100-gemma-4/",
+        "gpu_memory_utilization": "0.65",
+        "memory_total_bytes": 81_920 * MIB,
+        "weights_gib": "13.72",
+        "available_kv_gib": "36.56",
+    },
+}
+
+
+def overhead_from_log(log):
+    """Bytes per GPU that are neither weights nor KV cache, from one public log."""
+    usable = int(Decimal(log["gpu_memory_utilization"]) * log["memory_total_bytes"])
+    weights = log.get("weights_bytes")
+    if weights is None:
+        weights = gib_to_bytes(log["weights_gib"])
+    available = log.get("available_kv_bytes")
+    if available is None:
+        available = gib_to_bytes(log["available_kv_gib"])
+    return usable - weights - available
+
+
+def _default_overheads():
+    derived = {name: overhead_from_log(log) for name, log in OVERHEAD_LOGS.items()}
+    # No public sparse-MLA log gives weights and free memory together: its
+    # overhead is taken as plain MLA's (same activations, plus the indexer's
+    # small prefill workspace).
+    derived["sparse_mla"] = derived["mla"]
+    return derived
+
+
+def gib_to_bytes(gib):
+    """A GiB figure as vLLM logs it (two decimals) to bytes."""
+    return int(Decimal(str(gib)) * GIB)
+
+
+DEFAULT_OVERHEAD_BY_CLASS = _default_overheads()
+
+
+_LOG_PATTERNS = {
+    "weights_gib": r"(?:Model loading took|Loading model weights took) ([0-9.]+) Gi?B",
+    "available_kv_gib": r"Available KV cache memory: ([0-9.]+) GiB",
+    "kv_cache_tokens": r"GPU KV cache size: ([0-9,]+) tokens",
+    "max_model_len": r"Maximum concurrency for ([0-9,]+) tokens per request",
+    "max_concurrency": r"Maximum concurrency for [0-9,]+ tokens per request: ([0-9.]+)x",
+    "cp_world_size": r"Multiplying the GPU KV cache size by the \w+ (\d+)",
+    "vllm_version": r"version (\d+\.\d+\.\d+\S*)",
+}
+
+
+def parse_startup_log(text):
+    """The KV-cache figures of a vLLM start-up log: weights_gib and available_kv_gib
+    (strings, as logged), kv_cache_tokens, max_model_len and cp_world_size (ints),
+    max_concurrency (float), vllm_version; only what the log holds."""
+    found = {}
+    for key, pattern in _LOG_PATTERNS.items():
+        match = re.search(pattern, str(text))
+        if not match:
+            continue
+        value = match.group(1)
+        if key in ("kv_cache_tokens", "max_model_len", "cp_world_size"):
+            found[key] = int(value.replace(",", ""))
+        elif key == "max_concurrency":
+            found[key] = float(value)
+        else:
+            found[key] = value
+    return found
 
 
 class ModelFitError(ValueError):
     """The inputs cannot be evaluated; the message names what was wanted and found."""
+
+
+class CannotSizeError(ModelFitError):
+    """The config declares an attention design model_fit does not size; never guessed."""
+
+
+# ---------------------------------------------------------------------------
+# Small helpers
+# ---------------------------------------------------------------------------
 
 
 def text_config(config):
@@ -111,18 +269,122 @@ def parse_compute_capability(value):
         raise ModelFitError(f"compute capability must look like '12.0', got {value!r}") from exc
 
 
-def gib_to_bytes(gib):
-    """A GiB figure as vLLM logs it (two decimals) to bytes."""
-    return int(Decimal(str(gib)) * GIB)
+def _architecture(config, cfg):
+    return (cfg.get("architectures") or config.get("architectures") or ["?"])[0]
 
 
 # ---------------------------------------------------------------------------
-# Attention
+# Attention: what each layer keeps, or a refusal
 # ---------------------------------------------------------------------------
+
+# Architectures whose attention or state model_fit does not size. Each is refused
+# with the reason rather than guessed as GQA.
+UNSIZABLE_ARCHITECTURES = {
+    "DeepseekV4ForCausalLM": "DeepSeek-V4 compressed sparse attention (compress_ratios: 4x and "
+                             "128x compressed MLA caches, sliding-window MLA and an indexer per "
+                             "compression level, grouped by vLLM's DeepseekV4 planner)",
+    "KimiLinearForCausalLM": "Kimi Delta Attention (KDA) linear-attention layers beside MLA; "
+                             "model_fit does not model the KDA state",
+    "MiniMaxText01ForCausalLM": "lightning (linear) attention layers",
+    "MiniMaxM1ForCausalLM": "lightning (linear) attention layers",
+    "NemotronHForCausalLM": "Mamba2 layers (hybrid_override_pattern)",
+    "JambaForCausalLM": "Mamba layers",
+    "BambaForCausalLM": "Mamba2 layers",
+    "FalconH1ForCausalLM": "Mamba2 layers",
+    "Zamba2ForCausalLM": "Mamba2 layers",
+    "GraniteMoeHybridForCausalLM": "Mamba2 layers",
+    "MambaForCausalLM": "Mamba layers (no attention KV cache)",
+    "Mamba2ForCausalLM": "Mamba2 layers (no attention KV cache)",
+    "Lfm2ForCausalLM": "short-convolution layers",
+    "Llama4ForConditionalGeneration": "chunked local attention (attention_chunk_size)",
+}
+# Config keys that mark a scheme model_fit does not size (any architecture name).
+UNSIZABLE_KEYS = {
+    "compress_ratios": "compressed attention caches (compress_ratios)",
+    "linear_attn_config": "linear-attention layers described by linear_attn_config",
+    "hybrid_override_pattern": "Mamba layers (hybrid_override_pattern)",
+    "layers_block_type": "Mamba layers (layers_block_type)",
+    "attn_layer_period": "Mamba layers (attn_layer_period)",
+    "ssm_cfg": "state-space layers (ssm_cfg)",
+    "attention_chunk_size": "chunked local attention (attention_chunk_size)",
+}
+SPARSE_MLA_ARCHITECTURES = {"DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM"}
+_LAYER_TYPES = {"full_attention", "sliding_attention", "linear_attention"}
+
+
+def _refuse(architecture, reason):
+    raise CannotSizeError(f"cannot size this architecture: {architecture} has {reason}")
+
+
+def _check_sizable(config, cfg):
+    arch = _architecture(config, cfg)
+    if arch in UNSIZABLE_ARCHITECTURES:
+        _refuse(arch, UNSIZABLE_ARCHITECTURES[arch])
+    for key, reason in UNSIZABLE_KEYS.items():
+        if cfg.get(key) not in (None, "", [], {}):
+            _refuse(arch, reason)
+    attn_types = cfg.get("attn_type_list")
+    if isinstance(attn_types, list) and any(int(t) != 1 for t in attn_types):
+        # MiniMax: 1 = softmax attention, 0 = lightning (linear) attention.
+        _refuse(arch, "lightning (linear) attention layers (attn_type_list has 0 entries)")
+    layer_types = cfg.get("layer_types")
+    if isinstance(layer_types, list):
+        unknown = sorted({str(t) for t in layer_types} - _LAYER_TYPES)
+        if unknown:
+            _refuse(arch, f"layer types {unknown} in layer_types (known: {sorted(_LAYER_TYPES)})")
+    if (cfg.get("index_topk") or cfg.get("index_head_dim")) and not cfg.get("kv_lora_rank"):
+        _refuse(arch, "a sparse-attention indexer (index_topk) without MLA's kv_lora_rank")
+    if not cfg.get("kv_lora_rank") and cfg.get("q_lora_rank") and cfg.get("head_dim"):
+        _refuse(arch, "low-rank attention projections (q_lora_rank) without kv_lora_rank")
+
+
+def _layer_types(cfg, layers):
+    """Per-layer type: full_attention, sliding_attention or linear_attention."""
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and types:
+        if len(types) != layers:
+            raise ModelFitError(
+                f"layer_types lists {len(types)} layers, num_hidden_layers is {layers}"
+            )
+        return [str(t) for t in types]
+    interval = cfg.get("full_attention_interval")
+    if interval and (cfg.get("linear_num_value_heads") or cfg.get("linear_num_key_heads")):
+        # Qwen3-Next / Qwen3.5 configs derive layer_types this way.
+        interval = _int(interval, "full_attention_interval")
+        return ["full_attention" if (i + 1) % interval == 0 else "linear_attention"
+                for i in range(layers)]
+    window = cfg.get("sliding_window")
+    if window and cfg.get("use_sliding_window", True) is not False:
+        # Mistral-style: one window on every layer (vLLM ModelConfig.get_sliding_window).
+        return ["sliding_attention"] * layers
+    return ["full_attention"] * layers
+
+
+def _gqa_shape(cfg, heads):
+    kv_heads = _int(cfg.get("num_key_value_heads") or heads, "num_key_value_heads")
+    head_dim = cfg.get("head_dim")
+    if not head_dim:
+        hidden = _int(cfg.get("hidden_size") or 0, "hidden_size")
+        if not hidden:
+            raise ModelFitError("config.json has neither head_dim nor hidden_size")
+        head_dim = hidden // heads
+    return kv_heads, _int(head_dim, "head_dim")
+
+
+def _mtp_layers(cfg):
+    """Draft layers the checkpoint carries for multi-token prediction."""
+    for key in ("num_nextn_predict_layers", "mtp_num_hidden_layers"):
+        if cfg.get(key):
+            return _int(cfg[key], key), key
+    if cfg.get("use_mtp") and cfg.get("num_mtp_modules"):
+        # MiniMax-M2: num_mtp_modules modules of mtp_transformer_layers each.
+        per = _int(cfg.get("mtp_transformer_layers") or 1, "mtp_transformer_layers")
+        return _int(cfg["num_mtp_modules"], "num_mtp_modules") * per, "num_mtp_modules"
+    return 0, None
 
 
 def attention_info(config):
-    """Attention kind (MLA / GQA / MHA), why, and the sizes the KV cache uses."""
+    """Attention design, why, and the sizes the KV cache uses; refuses unknown designs."""
     cfg = text_config(config)
     layers = cfg.get("num_hidden_layers")
     heads = cfg.get("num_attention_heads")
@@ -133,63 +395,137 @@ def attention_info(config):
         )
     layers = _int(layers, "num_hidden_layers")
     heads = _int(heads, "num_attention_heads")
+    _check_sizable(config, cfg)
+    arch = _architecture(config, cfg)
+    mtp, mtp_key = _mtp_layers(cfg)
     info = {
         "num_layers": layers,
         "num_attention_heads": heads,
-        "architecture": (cfg.get("architectures") or config.get("architectures") or ["?"])[0],
+        "architecture": arch,
         "model_type": cfg.get("model_type"),
+        "mtp_layers": mtp,
+        "mtp_source": mtp_key,
+        "notes": [],
     }
-    kv_lora_rank = cfg.get("kv_lora_rank")
-    if kv_lora_rank:
-        rope = _int(cfg.get("qk_rope_head_dim") or 0, "qk_rope_head_dim")
-        info.update(
-            kind="MLA",
-            kv_lora_rank=_int(kv_lora_rank, "kv_lora_rank"),
-            qk_rope_head_dim=rope,
-            num_kv_heads=1,
-            head_dim=_int(kv_lora_rank, "kv_lora_rank") + rope,
-            why=(
-                f"kv_lora_rank={kv_lora_rank} and qk_rope_head_dim={rope} in config.json: "
-                "multi-head latent attention caches one compressed latent of "
-                f"{_int(kv_lora_rank, 'kv_lora_rank') + rope} values per token and layer "
-                f"instead of K and V for {heads} heads"
-            ),
+    if cfg.get("kv_lora_rank"):
+        _mla_info(cfg, info)
+    else:
+        _gqa_info(cfg, info)
+    return info
+
+
+def _mla_info(cfg, info):
+    arch, layers, heads = info["architecture"], info["num_layers"], info["num_attention_heads"]
+    rank = _int(cfg["kv_lora_rank"], "kv_lora_rank")
+    rope = _int(cfg.get("qk_rope_head_dim") or 0, "qk_rope_head_dim")
+    sparse = arch in SPARSE_MLA_ARCHITECTURES or bool(cfg.get("index_topk"))
+    info.update(
+        kind="sparse MLA" if sparse else "MLA",
+        kv_lora_rank=rank,
+        qk_rope_head_dim=rope,
+        num_kv_heads=1,
+        head_dim=rank + rope,
+        layer_classes=[{"type": "mla", "layers": layers}],
+        why=(
+            f"kv_lora_rank={rank} and qk_rope_head_dim={rope} in config.json: "
+            f"multi-head latent attention caches one compressed latent of {rank + rope} "
+            f"values per token and layer instead of K and V for {heads} heads"
+        ),
+    )
+    if not sparse:
+        return
+    index_dim = cfg.get("index_head_dim")
+    if not index_dim:
+        index_dim = 128
+        info["notes"].append(
+            "index_head_dim is not in config.json: DeepSeek-V3.2's 128 assumed "
+            "for the indexer key cache"
         )
-        return info
-    kv_heads = cfg.get("num_key_value_heads") or heads
-    kv_heads = _int(kv_heads, "num_key_value_heads")
-    head_dim = cfg.get("head_dim")
-    if not head_dim:
-        hidden = _int(cfg.get("hidden_size") or 0, "hidden_size")
-        if not hidden:
-            raise ModelFitError("config.json has neither head_dim nor hidden_size")
-        head_dim = hidden // heads
-    head_dim = _int(head_dim, "head_dim")
+    index_dim = _int(index_dim, "index_head_dim")
+    info["index_head_dim"] = index_dim
+    info["indexer_bytes_per_token"] = index_dim + index_dim // INDEXER_QUANT_BLOCK * 4
+    signal = "index_topk in config.json" if cfg.get("index_topk") else f"{arch}"
+    info["why"] += (
+        f"; sparse (DSA) because of {signal}: each layer also keeps an indexer key "
+        f"cache of {info['indexer_bytes_per_token']} bytes per token"
+    )
+
+
+def _gqa_info(cfg, info):
+    arch, heads = info["architecture"], info["num_attention_heads"]
+    kv_heads, head_dim = _gqa_shape(cfg, heads)
+    types = _layer_types(cfg, info["num_layers"])
+    classes = []
+    for name in ("full_attention", "sliding_attention", "linear_attention"):
+        count = types.count(name)
+        if not count:
+            continue
+        entry = {"type": name.replace("_attention", ""), "layers": count}
+        if name == "sliding_attention":
+            window = cfg.get("sliding_window")
+            if not window:
+                _refuse(arch, "sliding_attention layers but no sliding_window in config.json")
+            entry["window"] = _int(window, "sliding_window")
+        if name == "linear_attention":
+            entry.update(_linear_attention_shape(arch, cfg))
+        classes.append(entry)
     if kv_heads < heads:
-        kind = "GQA"
-        why = (
+        kind, why = "GQA", (
             f"num_key_value_heads={kv_heads} < num_attention_heads={heads}: "
             f"grouped-query attention, {heads // kv_heads} query heads share each KV head"
         )
     else:
-        kind = "MHA"
-        why = (
+        kind, why = "MHA", (
             f"num_key_value_heads={kv_heads} == num_attention_heads={heads}: "
             "every query head has its own K and V"
         )
-    info.update(kind=kind, num_kv_heads=kv_heads, head_dim=head_dim, why=why)
-    return info
+    if len(classes) > 1 or classes[0]["type"] != "full":
+        parts = ", ".join(_class_text(c) for c in classes)
+        why += f"; hybrid layers from config.json: {parts}"
+    info.update(kind=kind, num_kv_heads=kv_heads, head_dim=head_dim, layer_classes=classes,
+                why=why)
 
 
-def kv_heads_per_gpu(attention, tensor_parallel_size):
-    """KV heads each tensor-parallel rank holds and how many ranks hold each."""
+def _linear_attention_shape(arch, cfg):
+    keys = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+            "linear_value_head_dim", "linear_conv_kernel_dim")
+    missing = [k for k in keys if not cfg.get(k)]
+    if missing:
+        _refuse(arch, f"linear_attention layers without {', '.join(missing)} "
+                      "(only gated delta net state is modelled)")
+    return {
+        "key_heads": _int(cfg["linear_num_key_heads"], "linear_num_key_heads"),
+        "value_heads": _int(cfg["linear_num_value_heads"], "linear_num_value_heads"),
+        "key_dim": _int(cfg["linear_key_head_dim"], "linear_key_head_dim"),
+        "value_dim": _int(cfg["linear_value_head_dim"], "linear_value_head_dim"),
+        "conv_kernel": _int(cfg["linear_conv_kernel_dim"], "linear_conv_kernel_dim"),
+    }
+
+
+def _class_text(entry):
+    if entry["type"] == "sliding":
+        return f"{entry['layers']} sliding window {entry['window']}"
+    if entry["type"] == "linear":
+        return f"{entry['layers']} linear attention (gated delta net state)"
+    return f"{entry['layers']} {entry['type']}"
+
+
+def kv_heads_per_gpu(attention, tensor_parallel_size, decode_context_parallel_size=1):
+    """KV heads each tensor-parallel rank holds and how many ranks hold each.
+
+    With decode context parallel the ranks that share a KV head (or the MLA
+    latent) hold different tokens of it, so a head is replicated tp / kv / dcp
+    times instead of tp / kv."""
     tp = tensor_parallel_size
-    if attention["kind"] == "MLA":
-        return {"kv_heads_per_gpu": 1, "kv_replicas": tp, "kv_heads_replicated": tp > 1}
+    dcp = max(1, decode_context_parallel_size)
+    if attention["kind"] in ("MLA", "sparse MLA"):
+        replicas = max(1, tp // dcp)
+        return {"kv_heads_per_gpu": 1, "kv_replicas": replicas, "kv_heads_replicated": replicas > 1}
     kv = attention["num_kv_heads"]
     per_gpu = max(1, kv // tp)
-    replicas = max(1, tp // kv)
-    return {"kv_heads_per_gpu": per_gpu, "kv_replicas": replicas, "kv_heads_replicated": tp > kv}
+    replicas = max(1, tp // kv // dcp)
+    return {"kv_heads_per_gpu": per_gpu, "kv_replicas": replicas,
+            "kv_heads_replicated": replicas > 1}
 
 
 # ---------------------------------------------------------------------------
@@ -275,6 +611,26 @@ def _compressed_tensors_quant(qc, result):
         result["checkpoint_kv_cache_dtype"] = "fp8"
 
 
+def _mxfp4_quant(qc, result):
+    # gpt-oss: OCP microscaling FP4 (e2m1 values, one e8m0 scale per 32) on the MoE
+    # experts; modules_to_not_convert (attention, router, embeddings) stay bf16.
+    kept = qc.get("modules_to_not_convert") or []
+    result.update(weight_bits=4, weight_format="mxfp4", group_size=32,
+                  scheme="MXFP4 (e2m1, group 32)" + (
+                      f", {len(kept)} module patterns kept in 16-bit" if kept else ""))
+
+
+def _gptq_awq_quant(method, qc, result):
+    bits = qc.get("bits") or qc.get("w_bit")
+    group = qc.get("group_size") or qc.get("q_group_size")
+    result["group_size"] = group
+    if bits:
+        result.update(weight_bits=_int(bits, "bits"), weight_format=f"int{bits}",
+                      scheme=f"{method.upper()} INT{bits} (group {group})")
+    else:
+        result["scheme"] = method.upper()
+
+
 def find_quantization(config, hf_quant_config=None):
     """Quantization as the files say it, not as the repository name suggests."""
     cfg = text_config(config)
@@ -296,6 +652,7 @@ def find_quantization(config, hf_quant_config=None):
         "group_size": None,
         "checkpoint_kv_cache_dtype": None,
         "source": None,
+        "understood": True,
     }
     if qc is None and not hq:
         dtype = cfg.get("torch_dtype") or cfg.get("dtype") or config.get("dtype") or "bfloat16"
@@ -316,26 +673,41 @@ def find_quantization(config, hf_quant_config=None):
         _modelopt_quant(qc, hq, result)
     elif method == "compressed-tensors":
         _compressed_tensors_quant(qc, result)
+    elif method == "mxfp4":
+        _mxfp4_quant(qc, result)
+    elif method in ("gptq", "awq", "gptq_marlin", "awq_marlin"):
+        _gptq_awq_quant(method, qc, result)
     else:
-        result["scheme"] = method or "unknown quantization_config"
+        result.update(scheme=f"{method or 'unknown'} (not understood)", understood=False)
     return result
 
 
-def resolve_kv_cache_dtype(kv_cache_dtype, config, quantization):
+def resolve_kv_cache_dtype(kv_cache_dtype, config, quantization, attention=None):
     """(name, bytes per element, where it came from) for the KV cache.
 
     'auto' takes the checkpoint's FP8 KV scheme for modelopt checkpoints (as
-    vLLM's resolve_kv_cache_dtype_string does), else the model dtype.
-    """
+    vLLM's resolve_kv_cache_dtype_string does), else the model dtype. For sparse
+    MLA an FP8 request becomes the fp8_ds_mla layout and bfloat16 becomes auto
+    (DeepseekV32ForCausalLM.verify_and_update_config, vllm/model_executor/models/
+    config.py)."""
     requested = str(kv_cache_dtype or "auto").strip().lower()
     if requested not in _DTYPE_BYTES:
         raise ModelFitError(
             f"kv_cache_dtype must be one of {sorted(_DTYPE_BYTES)}, got {kv_cache_dtype!r}"
         )
+    sparse = bool(attention) and attention.get("kind") == "sparse MLA"
+    if sparse and requested.startswith("fp8"):
+        return "fp8_ds_mla", 1, (
+            f"serve option kv_cache_dtype {requested}: sparse MLA stores FP8 in vLLM's "
+            f"fp8_ds_mla layout ({FP8_DS_MLA_BYTES_PER_TOKEN} bytes per token and layer)")
+    if sparse and requested == "bfloat16":
+        requested = "auto"
     if requested != "auto":
         return requested, _DTYPE_BYTES[requested], "serve option kv_cache_dtype"
     ckpt = quantization.get("checkpoint_kv_cache_dtype")
     if ckpt and str(quantization.get("method") or "").startswith("modelopt"):
+        if sparse:
+            return "fp8_ds_mla", 1, "auto: the checkpoint's kv_cache_scheme (modelopt), fp8_ds_mla"
         return ckpt, _DTYPE_BYTES[ckpt], "auto: the checkpoint's kv_cache_scheme (modelopt)"
     cfg = text_config(config)
     dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or config.get("dtype") or "bfloat16")
@@ -350,27 +722,31 @@ def resolve_kv_cache_dtype(kv_cache_dtype, config, quantization):
 
 def kv_page_bytes_per_layer(attention, tensor_parallel_size, dtype_bytes, kv_dtype="auto",
                             block_size=DEFAULT_BLOCK_SIZE):
-    """Bytes of one KV block (block_size tokens) of one layer on one GPU."""
-    if attention["kind"] == "MLA":
+    """Bytes of one KV block (block_size tokens) of one attention layer on one GPU
+    (the main cache; the sparse-MLA indexer is counted separately)."""
+    if attention["kind"] in ("MLA", "sparse MLA"):
         if kv_dtype == "fp8_ds_mla":
-            return block_size * _FP8_DS_MLA_BYTES_PER_TOKEN
+            return block_size * FP8_DS_MLA_BYTES_PER_TOKEN
         return block_size * attention["head_dim"] * dtype_bytes
     per_gpu = kv_heads_per_gpu(attention, tensor_parallel_size)["kv_heads_per_gpu"]
     return 2 * block_size * per_gpu * attention["head_dim"] * dtype_bytes
 
 
 def kv_bytes_per_token_per_gpu(attention, tensor_parallel_size, dtype_bytes, kv_dtype="auto"):
-    """GQA: layers x KV heads per GPU x head_dim x 2 x dtype bytes.
-    MLA: layers x (kv_lora_rank + qk_rope_head_dim) x dtype bytes, on every rank."""
+    """Bytes one token costs on each GPU in the layers that grow with context
+    (full attention, MLA and its indexer); sliding and linear layers excluded."""
     page = kv_page_bytes_per_layer(attention, tensor_parallel_size, dtype_bytes, kv_dtype, 1)
-    return attention["num_layers"] * page
+    layers = sum(c["layers"] for c in attention["layer_classes"] if c["type"] in ("full", "mla"))
+    total = layers * page
+    if attention["kind"] == "sparse MLA":
+        total += layers * attention["indexer_bytes_per_token"]
+    return total
 
 
 def predict_vllm_kv_cache_tokens(available_bytes, num_layers, page_bytes_per_layer,
                                  block_size=DEFAULT_BLOCK_SIZE, max_model_len=None):
     """What vLLM logs as "GPU KV cache size: N tokens" for a given
-    "Available KV cache memory" (bytes), single KV cache group (all layers
-    full attention of one spec)."""
+    "Available KV cache memory" (bytes), one KV cache group of identical layers."""
     available = max(0, int(available_bytes))
     num_blocks = available // page_bytes_per_layer // num_layers
     result = {"num_blocks": num_blocks, "tokens": num_blocks * block_size}
@@ -379,6 +755,163 @@ def predict_vllm_kv_cache_tokens(available_bytes, num_layers, page_bytes_per_lay
         result["blocks_per_max_len_request"] = blocks_per_request
         result["max_concurrency"] = num_blocks / blocks_per_request
     return result
+
+
+def _gdn_state_bytes(entry, tp, num_spec, conv_bytes, ssm_bytes):
+    # MambaStateShapeCalculator.gated_delta_net_state_shape, mamba_utils.py.
+    conv_dim = entry["key_dim"] * entry["key_heads"] * 2 + entry["value_dim"] * entry["value_heads"]
+    conv = conv_dim // tp * (entry["conv_kernel"] - 1 + num_spec)
+    temporal = entry["value_heads"] // tp * entry["key_dim"] * entry["value_dim"]
+    return conv * conv_bytes + temporal * ssm_bytes
+
+
+def _layer_specs(attention, opts, kv_dtype, kv_dtype_bytes, mamba_ssm_bytes, model_dtype_bytes):
+    """One spec per kind of layer on one GPU: type, layers, page bytes, block size."""
+    tp = opts["tensor_parallel_size"]
+    block = opts["block_size"]
+    extra = opts["draft_layers"]
+
+    def per_stage(layers):
+        return _cdiv(layers, opts["pipeline_parallel_size"])
+
+    if attention["kind"] in ("MLA", "sparse MLA"):
+        layers = per_stage(attention["num_layers"]) + extra
+        page = kv_page_bytes_per_layer(attention, tp, kv_dtype_bytes, kv_dtype, block)
+        specs = [{"type": "mla", "layers": layers, "page": page, "block": block}]
+        if attention["kind"] == "sparse MLA":
+            specs.append({"type": "indexer", "layers": layers,
+                          "page": block * attention["indexer_bytes_per_token"], "block": block})
+        return specs
+    kv_per_gpu = kv_heads_per_gpu(attention, tp)["kv_heads_per_gpu"]
+    token_page = 2 * kv_per_gpu * attention["head_dim"] * kv_dtype_bytes
+    specs = []
+    for cls in attention["layer_classes"]:
+        layers = per_stage(cls["layers"])
+        if cls["type"] == "linear":
+            state = _gdn_state_bytes(cls, tp, opts["num_speculative_tokens"], model_dtype_bytes,
+                                     mamba_ssm_bytes)
+            specs.append({"type": "mamba", "layers": layers, "page": state,
+                          "block": opts["max_model_len"], "state_bytes": state})
+            continue
+        spec = {"type": cls["type"], "layers": layers, "page": block * token_page,
+                "block": block, "token_page": token_page}
+        if cls["type"] == "sliding":
+            spec["window"] = cls["window"]
+        specs.append(spec)
+    # MTP draft layers are full attention layers of the same shape.
+    full = [s for s in specs if s["type"] == "full"]
+    if extra and full:
+        full[0]["layers"] += extra
+    elif extra:
+        specs.append({"type": "full", "layers": extra, "page": block * token_page,
+                      "block": block, "token_page": token_page})
+    return specs
+
+
+def _blocks_for(spec, opts):
+    """Blocks one max_model_len request needs in one layer of this spec (max_memory_usage)."""
+    max_len = opts["max_model_len"]
+    if spec["type"] in ("full", "mla", "indexer"):
+        cp = opts["decode_context_parallel_size"] * opts["prefill_context_parallel_size"]
+        return _cdiv(_cdiv(max_len, cp), spec["block"])
+    if spec["type"] == "sliding":
+        tokens = min(spec["window"] - 1 + opts["max_num_batched_tokens"], max_len)
+        return _cdiv(tokens, spec["block"]) + 1
+    return 1 + opts["num_speculative_tokens"]  # mamba state (mamba_cache_mode none)
+
+
+def kv_layout(attention, opts, kv_dtype, kv_dtype_bytes, mamba_ssm_bytes, model_dtype_bytes):
+    """vLLM's KV cache groups on one GPU: pages, group size and what one
+    max-length request needs. Returns a dict; see the module docstring."""
+    specs = _layer_specs(attention, opts, kv_dtype, kv_dtype_bytes, mamba_ssm_bytes,
+                         model_dtype_bytes)
+
+    def blocks_for(spec):
+        return _blocks_for(spec, opts)
+
+    if len(specs) == 1:
+        spec = specs[0]
+        return _layout(specs, groups=[(spec, 1)], group_size=spec["layers"],
+                       page=spec["page"], blocks_per_request=blocks_for(spec))
+    if {s["type"] for s in specs} <= {"mla", "indexer", "full"}:
+        # UniformTypeKVCacheSpecs: one group, the page is the sum over layers.
+        page = sum(s["page"] * s["layers"] for s in specs)
+        return _layout(specs, groups=[(specs[0], 1)], group_size=1, page=page,
+                       blocks_per_request=blocks_for(specs[0]), uniform_type=True)
+    return _hybrid_layout(specs, attention, opts["block_size"], blocks_for)
+
+
+def _hybrid_layout(specs, attention, block, blocks_for):
+    attn = [s for s in specs if s["type"] != "mamba"]
+    mamba = [s for s in specs if s["type"] == "mamba"]
+    if mamba:
+        # HybridAttentionMambaModelConfig.verify_and_update_config (no prefix
+        # caching): attention block = 16 x cdiv(state, 16 x attention bytes/token),
+        # and the mamba state is padded up to that page.
+        align = 64 if attention["kind"] in ("MLA", "sparse MLA") else DEFAULT_BLOCK_SIZE
+        token_page = attn[0]["token_page"] if attn else 1
+        state = max(s["state_bytes"] for s in mamba)
+        attn_block = align * _cdiv(state, align * token_page)
+        attn_block = max(attn_block, block)
+        for spec in attn:
+            spec["block"] = attn_block
+            spec["page"] = attn_block * spec["token_page"]
+        page = attn[0]["page"] if attn else state
+        for spec in mamba:
+            spec["page"] = page
+    else:
+        # unify_kv_cache_spec_page_size: smaller pages get a larger block size.
+        page = max(s["page"] for s in specs)
+        for spec in specs:
+            if page % spec["page"]:
+                raise ModelFitError("hybrid layer pages do not divide each other; vLLM refuses")
+            spec["block"] *= page // spec["page"]
+            spec["page"] = page
+    counts = [s["layers"] for s in specs]
+    group_size = min(counts)
+    if max(counts) < group_size * 1.5:
+        group_size = max(counts)
+    groups = [(spec, _cdiv(spec["layers"], group_size)) for spec in specs]
+    blocks = sum(n * blocks_for(spec) for spec, n in groups)
+    return _layout(specs, groups=groups, group_size=group_size, page=page,
+                   blocks_per_request=blocks)
+
+
+def _layout(specs, *, groups, group_size, page, blocks_per_request, uniform_type=False):
+    return {
+        "specs": specs,
+        "num_groups": sum(n for _, n in groups),
+        "group_size": group_size,
+        "page_bytes": page,
+        "pool_bytes_per_block": page * group_size,
+        "blocks_per_max_len_request": blocks_per_request,
+        "min_block_size": min(s["block"] for s in specs if s["type"] != "mamba")
+        if any(s["type"] != "mamba" for s in specs) else specs[0]["block"],
+        "uniform_type": uniform_type,
+    }
+
+
+def kv_capacity(layout, available_bytes, opts, vllm_version=None):
+    """num_blocks, the logged token count and max concurrency for a KV budget."""
+    available = max(0, int(available_bytes))
+    num_blocks = available // layout["pool_bytes_per_block"]
+    per_request = layout["blocks_per_max_len_request"]
+    concurrency = num_blocks / per_request if per_request else 0.0
+    cp = opts["decode_context_parallel_size"] * opts["prefill_context_parallel_size"]
+    blocks_tokens = num_blocks // layout["num_groups"] * layout["min_block_size"] * cp
+    concurrency_tokens = int(concurrency * opts["max_model_len"])
+    if vllm_version and parse_version(vllm_version) < CONCURRENCY_LOG_SINCE:
+        formula, tokens = "blocks", blocks_tokens
+    else:
+        formula, tokens = "concurrency", concurrency_tokens
+    return {
+        "num_blocks": num_blocks,
+        "tokens": tokens,
+        "log_formula": formula,
+        "tokens_by_blocks": blocks_tokens,
+        "tokens_by_concurrency": concurrency_tokens,
+        "max_concurrency": concurrency,
+    }
 
 
 # ---------------------------------------------------------------------------
@@ -392,57 +925,126 @@ def weight_bytes_from_index(index):
         return _int(index["metadata"]["total_size"], "metadata.total_size")
     except (KeyError, TypeError) as exc:
         raise ModelFitError(
-            "safetensors index needs metadata.total_size "
+            "model.safetensors.index.json needs metadata.total_size "
             f"(found keys {sorted(index) if isinstance(index, dict) else type(index).__name__})"
         ) from exc
 
 
 def weight_bytes_from_files(files):
-    """Sum of *.safetensors sizes from a repo listing ([{path|rfilename, size}])."""
+    """Sum of *.safetensors sizes in a repository listing (path/rfilename, size)."""
     total = 0
-    for entry in files or []:
-        name = entry.get("path") or entry.get("rfilename") or ""
-        if name.endswith(".safetensors"):
-            total += _int(entry.get("size") or 0, f"size of {name}")
+    for item in files or []:
+        name = str(item.get("path") or item.get("rfilename") or "")
+        if name.endswith(".safetensors") and item.get("size") is not None:
+            total += _int(item["size"], f"size of {name}")
     if not total:
-        raise ModelFitError("the repo file listing holds no *.safetensors file with a size")
+        raise ModelFitError("the repository file listing holds no *.safetensors file with a size")
     return total
 
 
 # ---------------------------------------------------------------------------
-# The whole report
+# Serve options
 # ---------------------------------------------------------------------------
 
 _SERVE_DEFAULTS = {
     "tensor_parallel_size": 1,
     "data_parallel_size": 1,
+    "pipeline_parallel_size": 1,
+    "decode_context_parallel_size": 1,
+    "prefill_context_parallel_size": 1,
     "enable_expert_parallel": False,
     "max_model_len": None,
     "gpu_memory_utilization": 0.9,
     "kv_cache_dtype": "auto",
-    "block_size": DEFAULT_BLOCK_SIZE,
+    "block_size": None,
+    "max_num_batched_tokens": None,
+    "speculative_config": None,
+    "kv_cache_memory_bytes": None,
+    "mamba_ssm_cache_dtype": "auto",
+    "dtype": "auto",
+}
+# Serve options with no effect on GPU memory (parsers, names, network, logging).
+NO_MEMORY_EFFECT = {
+    "trust_remote_code", "enable_auto_tool_choice", "tool_call_parser", "reasoning_parser",
+    "served_model_name", "host", "port", "shutdown_timeout", "uvicorn_log_level",
+    "disable_log_requests", "disable_log_stats", "enable_log_requests", "api_key",
+    "chat_template", "default_chat_template_kwargs", "override_generation_config",
+    "generation_config", "tokenizer", "tokenizer_mode", "revision", "download_dir",
+    "load_format", "seed", "enable_prefix_caching", "enable_chunked_prefill",
+    "async_scheduling", "attention_backend", "distributed_executor_backend",
+    "enable_force_include_usage", "enable_prompt_tokens_details", "max_log_len",
+    "limit_mm_per_prompt", "mm_processor_cache_gb", "mm_processor_cache_type",
+    "allowed_local_media_path", "quantization", "model_loader_extra_config",
+    "enable_flashinfer_autotune",
+    # These only lower memory (no CUDA graphs, no vision encoder); the estimate stays
+    # on the safe side.
+    "enforce_eager", "language_model_only",
 }
 
 
-def _serve(serve):
+_MTP_METHODS = {"mtp", "deepseek_mtp", "qwen3_next_mtp", "glm4_moe_mtp", "mimo_mtp",
+                "ernie_mtp", "minimax_m2_mtp"}
+
+
+def _speculative(spec, attention):
+    """(num_speculative_tokens, draft layers sized, what is not understood)."""
+    if isinstance(spec, str) and spec:
+        try:
+            spec = json.loads(spec)
+        except ValueError:
+            spec = {"invalid": spec}
+    if spec in (None, "", {}):
+        return 0, 0, []
+    if not isinstance(spec, dict) or "invalid" in spec:
+        return 0, 0, [f"speculative_config {spec!r} (wanted a dict or JSON)"]
+    tokens = _int(spec.get("num_speculative_tokens") or 0, "num_speculative_tokens")
+    method = str(spec.get("method") or "").lower()
+    layers, notes = 0, []
+    if method in _MTP_METHODS or method.endswith("_mtp"):
+        layers = attention["mtp_layers"]
+        if not layers:
+            notes.append(
+                f"speculative_config method {method}: config.json declares no MTP layers "
+                "(num_nextn_predict_layers), so the draft's KV cache is not counted"
+            )
+    elif method not in ("ngram", "suffix"):
+        notes.append(
+            f"speculative_config method {method or '?'} with draft model "
+            f"{spec.get('model') or '?'}: the draft model's KV cache is not counted"
+        )
+    return tokens, layers, notes
+
+
+def _serve(serve, attention):
     serve = dict(serve or {})
     out = {}
     for key, default in _SERVE_DEFAULTS.items():
         value = serve.get(key)
         out[key] = default if value is None or value == "" else value
-    out["tensor_parallel_size"] = _int(out["tensor_parallel_size"], "tensor_parallel_size")
-    out["data_parallel_size"] = _int(out["data_parallel_size"], "data_parallel_size")
+    for key in ("tensor_parallel_size", "data_parallel_size", "pipeline_parallel_size",
+                "decode_context_parallel_size", "prefill_context_parallel_size"):
+        out[key] = _int(out[key], key)
+        if out[key] < 1:
+            raise ModelFitError(f"{key} must be >= 1, got {out[key]}")
     out["enable_expert_parallel"] = _bool(out["enable_expert_parallel"])
-    out["block_size"] = _int(out["block_size"], "block_size")
+    if out["block_size"] is not None:
+        out["block_size"] = _int(out["block_size"], "block_size")
+    else:
+        out["block_size"] = (SPARSE_MLA_BLOCK_SIZE if attention["kind"] == "sparse MLA"
+                             else DEFAULT_BLOCK_SIZE)
+    out["max_num_batched_tokens"] = _int(
+        out["max_num_batched_tokens"] or DEFAULT_MAX_NUM_BATCHED_TOKENS, "max_num_batched_tokens")
     util = Decimal(str(out["gpu_memory_utilization"]))
     if not Decimal(0) < util <= Decimal(1):
         raise ModelFitError(f"gpu_memory_utilization must be in (0, 1], got {util}")
     out["gpu_memory_utilization"] = util
-    if out["tensor_parallel_size"] < 1 or out["data_parallel_size"] < 1:
-        raise ModelFitError(
-            "tensor_parallel_size and data_parallel_size must be >= 1, got "
-            f"{out['tensor_parallel_size']} and {out['data_parallel_size']}"
-        )
+    tokens, draft, spec_notes = _speculative(out["speculative_config"], attention)
+    out["num_speculative_tokens"] = tokens
+    out["draft_layers"] = draft
+    out["not_understood"] = spec_notes + [
+        f"{key}={serve[key]!r}" for key in sorted(serve)
+        if key not in _SERVE_DEFAULTS and key not in NO_MEMORY_EFFECT
+    ]
     return out
 
 
@@ -467,21 +1069,39 @@ def _num_experts(cfg):
     return 0
 
 
-def _layout_warnings(attention, opts, hw, experts):
+def _expert_intermediate(cfg):
+    for key in ("moe_intermediate_size", "intermediate_size"):
+        if cfg.get(key):
+            return _int(cfg[key], key)
+    return 0
+
+
+# ---------------------------------------------------------------------------
+# Warnings
+# ---------------------------------------------------------------------------
+
+
+def _layout_warnings(attention, opts, hw, cfg, quant):
     warnings = []
     tp = opts["tensor_parallel_size"]
     dp = opts["data_parallel_size"]
-    gpus_needed = tp * dp
+    dcp = opts["decode_context_parallel_size"]
+    gpus_needed = tp * dp * opts["pipeline_parallel_size"]
+    experts = _num_experts(cfg)
+    mla = attention["kind"] in ("MLA", "sparse MLA")
     if gpus_needed > hw["count"]:
         warnings.append(
-            f"tensor_parallel_size {tp} x data_parallel_size {dp} needs {gpus_needed} GPUs, "
-            f"the host has {hw['count']}"
+            f"tensor_parallel_size {tp} x pipeline_parallel_size "
+            f"{opts['pipeline_parallel_size']} x data_parallel_size {dp} needs {gpus_needed} "
+            f"GPUs, the host has {hw['count']}"
         )
-    if attention["kind"] == "MLA" and tp > 1 and hw["interconnect"] == "pcie":
+    if mla and tp > 1 and hw["interconnect"] == "pcie":
+        where = ("every rank holds the whole latent cache" if dcp == 1
+                 else f"decode context parallel {dcp} splits the latent cache")
         warnings.append(
-            f"MLA with tensor parallel {tp} across PCIe-only GPUs: every rank holds the whole "
-            "latent cache and each layer all-reduces over PCIe, so decode is all-reduce bound; "
-            "prefer expert/data parallel or NVLink GPUs"
+            f"MLA with tensor parallel {tp} across PCIe-only GPUs: {where} and each layer "
+            "all-reduces over PCIe, so decode is all-reduce bound; prefer expert/data "
+            "parallel or NVLink GPUs"
         )
     if attention["num_attention_heads"] % tp:
         warnings.append(
@@ -489,39 +1109,120 @@ def _layout_warnings(attention, opts, hw, experts):
             f"{attention['num_attention_heads']}: vLLM refuses this layout"
         )
     kvh = attention["num_kv_heads"]
-    if attention["kind"] != "MLA" and kvh % tp and tp % kvh:
+    if not mla and kvh % tp and tp % kvh:
         warnings.append(
             f"tensor_parallel_size {tp} neither divides nor is a multiple of the "
             f"{kvh} KV heads: vLLM cannot shard or replicate them evenly"
         )
+    warnings += _dcp_warnings(attention, opts)
     if opts["enable_expert_parallel"]:
         if not experts:
             warnings.append("enable_expert_parallel is set but config.json declares no experts")
-        elif experts % gpus_needed:
+        elif experts % (tp * dp):
             warnings.append(
-                f"{experts} experts do not split evenly over expert-parallel size {gpus_needed}"
+                f"{experts} experts do not split evenly over expert-parallel size {tp * dp}"
             )
+    block = quant.get("block")
+    inter = _expert_intermediate(cfg)
+    if (quant["weight_format"] == "fp8" and block and experts and inter
+            and not opts["enable_expert_parallel"] and (inter // tp) % int(block[0])):
+        # vllm-project/recipes models/MiniMaxAI/MiniMax-M2.5.yaml (strategy_overrides):
+        # "Pure TP=8 fails on the FP8 block-quantized gate_up weights:
+        # intermediate_size / 8 = 192 is not divisible by block_n = 128."
+        warnings.append(
+            f"known to fail: FP8 block {block[0]} weights with tensor parallel {tp} and no "
+            f"expert parallel: the expert width {inter} / {tp} = {inter // tp} is not a "
+            f"multiple of {block[0]}, and vLLM refuses the split (vllm-project/recipes "
+            "MiniMax-M2.5: pure TP8 fails); enable expert parallel or use a smaller TP"
+        )
     return warnings
 
 
-def _platform_warnings(quant, hw, vllm_version, verified_sm120_vllm):
+def _dcp_warnings(attention, opts):
+    warnings = []
+    tp = opts["tensor_parallel_size"]
+    dcp = opts["decode_context_parallel_size"]
+    if dcp == 1:
+        return warnings
+    if tp % dcp:
+        warnings.append(
+            f"decode_context_parallel_size {dcp} does not divide tensor_parallel_size {tp}: "
+            "vLLM runs DCP inside the tensor-parallel group and refuses this"
+        )
+    if attention["kind"] not in ("MLA", "sparse MLA"):
+        copies = max(1, tp // attention["num_kv_heads"])
+        if dcp > copies:
+            warnings.append(
+                f"decode_context_parallel_size {dcp} exceeds the {copies} tensor-parallel "
+                f"copies of each of the {attention['num_kv_heads']} KV heads: DCP shares a KV "
+                "head's tokens among its copies, so vLLM refuses this"
+            )
+    if any(c["type"] == "sliding" for c in attention["layer_classes"]):
+        warnings.append(
+            "decode context parallel with sliding-window layers: vLLM's SlidingWindowSpec "
+            "asserts decode_context_parallel_size == 1 (kv_cache_interface.py)"
+        )
+    return warnings
+
+
+def _platform_warnings(quant, hw, opts, cfg, versions):
     warnings = []
     cc = parse_compute_capability(hw["compute_capability"]) if hw["compute_capability"] else None
+    vllm_version = versions.get("vllm_version")
+    if vllm_version and versions.get("min_vllm") and (
+            parse_version(vllm_version) < parse_version(versions["min_vllm"])):
+        warnings.append(
+            f"vLLM {vllm_version} is older than {versions['min_vllm']}, the minimum the "
+            "catalog states for this model (vllm-project/recipes min_vllm_version)"
+        )
     if cc is None:
         return warnings
+    sm12x = cc[0] == 12  # noqa: PLR2004 - SM 12.x
     if quant["weight_format"] == "nvfp4" and cc < (10, 0):
         warnings.append(
             f"NVFP4 weights on compute capability {hw['compute_capability']}: FP4 tensor cores "
             "need Blackwell (10.x/12.x); older GPUs fall back to slower kernels or refuse"
         )
-    sm120 = cc[0] == 12  # noqa: PLR2004 - SM 12.x
-    if (sm120 and vllm_version and verified_sm120_vllm
-            and parse_version(vllm_version) < parse_version(verified_sm120_vllm)):
+    if (sm12x and quant["weight_format"] == "nvfp4" and _num_experts(cfg)
+            and opts["enable_expert_parallel"]):
         warnings.append(
-            f"vLLM {vllm_version} is older than {verified_sm120_vllm}, the version the catalog "
-            "marks as verified for SM120"
+            f"NVFP4 MoE with expert parallel on SM {hw['compute_capability']}: vLLM's NVFP4 MoE "
+            "GEMM has failed on SM12x with expert parallel while the same model ran without it "
+            "(vllm-project/vllm issue 32826); test it or run without enable_expert_parallel"
+        )
+    verified = versions.get("verified_vllm")
+    arch = f"sm{cc[0]}{cc[1]}"
+    if not verified and sm12x:
+        verified = versions.get("verified_sm120_vllm")
+    if vllm_version and not verified:
+        warnings.append(
+            f"no vLLM version is marked verified for {arch} in the catalog: vLLM {vllm_version} "
+            "is unproven on this GPU architecture"
+        )
+    if vllm_version and verified and parse_version(vllm_version) != parse_version(verified):
+        relation = "older than" if parse_version(vllm_version) < parse_version(verified) else (
+            "newer than")
+        warnings.append(
+            f"vLLM {vllm_version} is {relation} {verified}, the version the catalog marks as "
+            f"verified for {arch}: releases on both sides have regressed {arch} kernels, so "
+            "verify this one before relying on it"
         )
     return warnings
+
+
+# ---------------------------------------------------------------------------
+# The whole report
+# ---------------------------------------------------------------------------
+
+
+def _overhead_class(attention):
+    if attention["kind"] == "sparse MLA":
+        return "sparse_mla"
+    if attention["kind"] == "MLA":
+        return "mla"
+    if any(c["type"] != "full" for c in attention["layer_classes"]):
+        return "hybrid"
+    return "full"
 
 
 def _verdict(report):
@@ -541,73 +1242,127 @@ def _verdict(report):
     )
 
 
+def _dtype_bytes(name, fallback):
+    return _DTYPE_BYTES.get(str(name).lower()) or fallback
+
+
+def _resolve_overhead(attention, overhead_bytes_per_gpu):
+    overhead_class = _overhead_class(attention)
+    if overhead_bytes_per_gpu in (None, ""):
+        return (DEFAULT_OVERHEAD_BY_CLASS[overhead_class], overhead_class,
+                f"default for {overhead_class} attention ({_overhead_source(overhead_class)})")
+    return _int(overhead_bytes_per_gpu, "overhead_bytes_per_gpu"), overhead_class, "given"
+
+
+def _model_and_state_bytes(config, cfg, opts):
+    """Bytes per element of the model dtype (conv state) and of the linear-attention state."""
+    model_dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or config.get("dtype")
+                      or "bfloat16")
+    if str(opts["dtype"]).lower() != "auto":
+        model_dtype = str(opts["dtype"]).lower()
+    model_bytes = _dtype_bytes(model_dtype, 2)
+    ssm_dtype = opts["mamba_ssm_cache_dtype"]
+    if ssm_dtype == "auto":
+        ssm_dtype = cfg.get("mamba_ssm_dtype") or model_dtype
+    return model_bytes, _dtype_bytes(ssm_dtype, model_bytes)
+
+
+def _all_warnings(context):
+    attention, opts, hw, cfg, quant = (context[k] for k in ("attention", "opts", "hw", "cfg",
+                                                             "quant"))
+    warnings = _layout_warnings(attention, opts, hw, cfg, quant)
+    warnings += _platform_warnings(quant, hw, opts, cfg, context["versions"])
+    limit = context["position_limit"]
+    if limit and opts["max_model_len"] > limit:
+        warnings.append(f"max_model_len {opts['max_model_len']} exceeds max_position_embeddings "
+                        f"{limit}")
+    if not quant["understood"]:
+        warnings.append(f"quantization {quant['scheme']}: weight format not understood; the "
+                        "weights are sized from weight_bytes only")
+    warnings += [f"not understood (may change memory; not counted): {item}"
+                 for item in opts["not_understood"]]
+    warnings += [f"assumption: {note}" for note in attention["notes"]]
+    revision = context["revision"]
+    if revision not in (None, "") and not _COMMIT.match(str(revision)):
+        warnings.append(
+            f"revision {revision!r} is not pinned: a branch or tag moves, so the weights "
+            "served can change between runs; pin a 40-hex commit in the catalog"
+        )
+    return warnings
+
+
 def model_fit(config, *, serve=None, gpu=None, weight_bytes=None, hf_quant_config=None,
               vllm_version=None, verified_sm120_vllm=None, overhead_bytes_per_gpu=None,
-              available_kv_bytes=None):
+              available_kv_bytes=None, verified_vllm=None, min_vllm=None, profile=None,
+              revision=None):
     """The fit report for one model on one GPU box. Returns a JSON-able dict."""
-    opts = _serve(serve)
+    attention = attention_info(config)
+    opts = _serve(serve, attention)
     hw = _gpu(gpu)
     cfg = text_config(config)
-    tp = opts["tensor_parallel_size"]
-    dp = opts["data_parallel_size"]
-    block = opts["block_size"]
-    overhead = DEFAULT_OVERHEAD_BYTES if overhead_bytes_per_gpu in (None, "") else _int(
-        overhead_bytes_per_gpu, "overhead_bytes_per_gpu")
+    overhead, overhead_class, overhead_source = _resolve_overhead(attention,
+                                                                  overhead_bytes_per_gpu)
     if weight_bytes in (None, ""):
         raise ModelFitError("weight_bytes (total bytes of the weights) is required")
     weights_total = _int(weight_bytes, "weight_bytes")
-
-    attention = attention_info(config)
     quant = find_quantization(config, hf_quant_config)
     kv_dtype, kv_dtype_bytes, kv_dtype_source = resolve_kv_cache_dtype(
-        opts["kv_cache_dtype"], config, quant)
-    page = kv_page_bytes_per_layer(attention, tp, kv_dtype_bytes, kv_dtype, block)
-
+        opts["kv_cache_dtype"], config, quant, attention)
+    model_bytes, ssm_bytes = _model_and_state_bytes(config, cfg, opts)
     position_limit = _int(cfg.get("max_position_embeddings") or 0, "max_position_embeddings")
-    max_model_len = _int(opts["max_model_len"] or position_limit, "max_model_len")
+    opts["max_model_len"] = _int(opts["max_model_len"] or position_limit, "max_model_len")
+    if not opts["max_model_len"]:
+        raise ModelFitError("max_model_len is neither in serve nor max_position_embeddings")
 
-    gpus_needed = tp * dp
+    layout = kv_layout(attention, opts, kv_dtype, kv_dtype_bytes, ssm_bytes, model_bytes)
+    tp, dp, dcp = (opts[k] for k in ("tensor_parallel_size", "data_parallel_size",
+                                     "decode_context_parallel_size"))
+    gpus_needed = tp * dp * opts["pipeline_parallel_size"]
     # Each data-parallel replica holds a full tensor-parallel shard of the
     # weights (with expert parallel the experts spread over tp x dp GPUs, so
     # this is an upper bound when dp > 1).
-    weights_per_gpu = _cdiv(weights_total, tp)
+    weights_per_gpu = _cdiv(weights_total, tp * opts["pipeline_parallel_size"])
     usable = int(opts["gpu_memory_utilization"] * hw["memory_total_bytes"])
-    kv_budget = usable - weights_per_gpu - overhead
-    kv = predict_vllm_kv_cache_tokens(kv_budget, attention["num_layers"], page, block,
-                                      max_model_len)
-    one_request_bytes = kv["blocks_per_max_len_request"] * page * attention["num_layers"]
+    if opts["kv_cache_memory_bytes"] not in (None, ""):
+        kv_budget = _int(opts["kv_cache_memory_bytes"], "kv_cache_memory_bytes")
+    else:
+        kv_budget = usable - weights_per_gpu - overhead
+    capacity = kv_capacity(layout, kv_budget, opts, vllm_version)
+    one_request_bytes = layout["blocks_per_max_len_request"] * layout["pool_bytes_per_block"]
     margin = kv_budget - one_request_bytes
-    requests_at_once = kv["num_blocks"] // kv["blocks_per_max_len_request"]
-
+    warnings = _all_warnings({
+        "attention": attention, "opts": opts, "hw": hw, "cfg": cfg, "quant": quant,
+        "position_limit": position_limit, "revision": revision,
+        "versions": {"vllm_version": vllm_version, "verified_vllm": verified_vllm,
+                     "verified_sm120_vllm": verified_sm120_vllm, "min_vllm": min_vllm}})
     experts = _num_experts(cfg)
-    warnings = _layout_warnings(attention, opts, hw, experts)
-    warnings += _platform_warnings(quant, hw, vllm_version, verified_sm120_vllm)
-    if position_limit and max_model_len > position_limit:
-        warnings.append(
-            f"max_model_len {max_model_len} exceeds max_position_embeddings {position_limit}"
-        )
-    fits = gpus_needed <= hw["count"] and margin >= 0
-
     report = {
         "architecture": attention["architecture"],
         "attention": {k: v for k, v in attention.items() if k != "architecture"},
+        "attention_classes": attention_classes_text(attention, opts, layout),
         "tensor_parallel_size": tp,
         "data_parallel_size": dp,
+        "pipeline_parallel_size": opts["pipeline_parallel_size"],
+        "decode_context_parallel_size": dcp,
         "enable_expert_parallel": opts["enable_expert_parallel"],
+        "num_speculative_tokens": opts["num_speculative_tokens"],
+        "draft_layers": opts["draft_layers"],
         "num_experts": experts,
         # With expert parallel each GPU holds whole experts; without, a 1/tp
         # slice of every expert.
-        "experts_per_gpu": (experts // gpus_needed if opts["enable_expert_parallel"]
+        "experts_per_gpu": (experts // (tp * dp) if opts["enable_expert_parallel"]
                             else experts) if experts else None,
-        **kv_heads_per_gpu(attention, tp),
+        **kv_heads_per_gpu(attention, tp, dcp),
         "quantization": quant,
         "kv_cache_dtype": kv_dtype,
         "kv_cache_dtype_bytes": kv_dtype_bytes,
         "kv_cache_dtype_source": kv_dtype_source,
-        "kv_bytes_per_token_per_gpu": kv_bytes_per_token_per_gpu(
-            attention, tp, kv_dtype_bytes, kv_dtype),
-        "kv_page_bytes_per_layer": page,
-        "block_size": block,
+        "kv_bytes_per_token_per_gpu": _bytes_per_token(layout, dcp),
+        "kv_page_bytes_per_layer": layout["page_bytes"],
+        "kv_cache_groups": layout["num_groups"],
+        "kv_layout_specs": layout["specs"],
+        "kv_group_size": layout["group_size"],
+        "block_size": layout["min_block_size"],
         "weights_bytes_total": weights_total,
         "weights_bytes_per_gpu": weights_per_gpu,
         "gpus_needed": gpus_needed,
@@ -616,25 +1371,74 @@ def model_fit(config, *, serve=None, gpu=None, weight_bytes=None, hf_quant_confi
         "gpu_memory_utilization": float(opts["gpu_memory_utilization"]),
         "usable_bytes_per_gpu": usable,
         "overhead_bytes_per_gpu": overhead,
+        "overhead_class": overhead_class,
+        "overhead_source": overhead_source,
         "kv_budget_bytes_per_gpu": kv_budget,
-        "kv_cache_blocks": kv["num_blocks"],
-        "kv_cache_tokens": kv["tokens"],
-        "max_model_len": max_model_len,
+        "kv_cache_blocks": capacity["num_blocks"],
+        "kv_cache_tokens": capacity["tokens"],
+        "kv_cache_log_formula": capacity["log_formula"],
+        "max_model_len": opts["max_model_len"],
+        "blocks_per_max_len_request": layout["blocks_per_max_len_request"],
         "kv_bytes_per_max_len_request_per_gpu": one_request_bytes,
-        "max_len_requests_at_once": requests_at_once * dp,
-        "max_concurrency": round(kv["max_concurrency"] * dp, 2),
-        "fits": fits,
+        # Every data-parallel replica has its own KV cache of this size.
+        "max_len_requests_at_once": capacity["num_blocks"]
+        // layout["blocks_per_max_len_request"] * dp,
+        "max_concurrency": round(capacity["max_concurrency"] * dp, 2),
+        # Enough GPUs and room for one max-length request; equal counts as enough.
+        "fits": gpus_needed <= hw["count"] and margin >= 0,
         "margin_bytes_per_gpu": margin,
+        "not_understood": opts["not_understood"],
+        "profile": profile,
         "warnings": warnings,
     }
     report["verdict"] = _verdict(report)
     if available_kv_bytes not in (None, ""):
-        vllm_kv = predict_vllm_kv_cache_tokens(
-            _int(available_kv_bytes, "available_kv_bytes"), attention["num_layers"], page,
-            block, max_model_len)
-        report["predicted_vllm_kv_cache_tokens"] = vllm_kv["tokens"]
-        report["predicted_vllm_max_concurrency"] = round(vllm_kv["max_concurrency"], 2)
+        logged = kv_capacity(layout, _int(available_kv_bytes, "available_kv_bytes"), opts,
+                             vllm_version)
+        report["predicted_vllm_kv_cache_tokens"] = logged["tokens"]
+        report["predicted_vllm_kv_cache_blocks"] = logged["num_blocks"]
+        report["predicted_vllm_max_concurrency"] = round(logged["max_concurrency"], 2)
     return report
+
+
+def _overhead_source(name):
+    log = OVERHEAD_LOGS.get("mla" if name == "sparse_mla" else name)
+    return f"derived from {log['what']}; {log['source']}"
+
+
+def _bytes_per_token(layout, dcp):
+    """KV bytes a token of context costs on each GPU in the layers that grow with it."""
+    total = 0
+    for spec in layout["specs"]:
+        if spec["type"] in ("full", "mla", "indexer"):
+            total += spec["page"] // spec["block"] * spec["layers"]
+    return total // dcp if total % dcp == 0 else total / dcp
+
+
+def attention_classes_text(attention, opts=None, layout=None):
+    """One line per layer class for people: 'full x12', 'sliding(128) x18', ..."""
+    parts = []
+    if attention["kind"] in ("MLA", "sparse MLA"):
+        text = f"MLA latent {attention['head_dim']} x{attention['num_layers']}"
+        if attention["kind"] == "sparse MLA":
+            text += f" + indexer {attention['indexer_bytes_per_token']} B"
+        parts.append(text)
+    else:
+        for cls in attention["layer_classes"]:
+            if cls["type"] == "sliding":
+                parts.append(f"sliding({cls['window']}) x{cls['layers']}")
+            elif cls["type"] == "linear":
+                state = ""
+                if layout:
+                    found = [s for s in layout["specs"] if s["type"] == "mamba"]
+                    if found:
+                        state = f", {found[0]['state_bytes']:,} B state"
+                parts.append(f"linear x{cls['layers']}{state}")
+            else:
+                parts.append(f"full x{cls['layers']}")
+    if opts and opts.get("draft_layers"):
+        parts.append(f"MTP +{opts['draft_layers']}")
+    return ", ".join(parts)
 
 
 def gpu_from_facts(gpu_facts):
@@ -663,8 +1467,10 @@ def _gib(value):
     return f"{value / GIB:,.2f} GiB"
 
 
-def _layout(fit):
+def _layout_text(fit):
     text = f"TP{fit['tensor_parallel_size']}"
+    if fit.get("pipeline_parallel_size", 1) > 1:
+        text += f" x PP{fit['pipeline_parallel_size']}"
     if fit["data_parallel_size"] > 1:
         text += f" x DP{fit['data_parallel_size']}"
     if fit["enable_expert_parallel"]:
@@ -672,10 +1478,18 @@ def _layout(fit):
     return text + f" on {fit['gpus_needed']}/{fit['gpus_available']} GPUs"
 
 
+def _dcp_text(fit):
+    dcp = fit.get("decode_context_parallel_size", 1)
+    if dcp == 1:
+        return "1 (KV replicated per TP rank)" if fit["kv_heads_replicated"] else "1"
+    return f"{dcp} (each rank holds 1/{dcp} of every request's tokens)"
+
+
 def _kv_heads(fit):
     att = fit["attention"]
-    if att["kind"] == "MLA":
-        return f"1 latent ({att['head_dim']}), on all {fit['kv_replicas']} ranks"
+    if att["kind"] in ("MLA", "sparse MLA"):
+        return (f"1 latent ({att['head_dim']}), whole on {fit['kv_replicas']} of "
+                f"{fit['tensor_parallel_size']} ranks")
     text = f"{fit['kv_heads_per_gpu']} of {att['num_kv_heads']}"
     if fit["kv_heads_replicated"]:
         text += f" (each on {fit['kv_replicas']} GPUs)"
@@ -690,15 +1504,23 @@ def _verdict_cell(fit):
     return f"{word} ({'+' if margin >= 0 else '-'}{_gib(abs(margin))}/GPU)"
 
 
+def _experts_cell(f):
+    if not f["num_experts"]:
+        return "dense"
+    if f["enable_expert_parallel"]:
+        return f"{f['num_experts']} ({f['experts_per_gpu']} whole)"
+    return f"{f['num_experts']} (1/{f['tensor_parallel_size']} of each)"
+
+
 ROWS = (
     ("architecture", lambda f: f["architecture"]),
+    ("profile", lambda f: f.get("profile") or "(none)"),
     ("attention", lambda f: f["attention"]["kind"]),
+    ("layer classes", lambda f: f.get("attention_classes") or ""),
     ("layers", lambda f: str(f["attention"]["num_layers"])),
-    ("layout", _layout),
-    ("experts (per GPU)", lambda f: (
-        f"{f['num_experts']} ({f['experts_per_gpu']} whole)" if f["enable_expert_parallel"]
-        else f"{f['num_experts']} (1/{f['tensor_parallel_size']} of each)")
-     if f["num_experts"] else "dense"),
+    ("layout", _layout_text),
+    ("decode context parallel", _dcp_text),
+    ("experts (per GPU)", _experts_cell),
     ("KV heads per GPU", _kv_heads),
     ("quantization", lambda f: f["quantization"]["scheme"]),
     ("KV cache dtype", lambda f: f"{f['kv_cache_dtype']} ({f['kv_cache_dtype_bytes']} B)"),
@@ -707,7 +1529,8 @@ ROWS = (
     ("weights per GPU", lambda f: _gib(f["weights_bytes_per_gpu"])),
     ("GPU memory x util", lambda f: f"{_gib(f['gpu_memory_bytes'])} x "
      f"{f['gpu_memory_utilization']}"),
-    ("overhead per GPU", lambda f: _gib(f["overhead_bytes_per_gpu"])),
+    ("overhead per GPU", lambda f: f"{_gib(f['overhead_bytes_per_gpu'])} "
+     f"({f.get('overhead_class', '?')})"),
     ("KV budget per GPU", lambda f: _gib(f["kv_budget_bytes_per_gpu"])),
     ("KV capacity (tokens)", lambda f: f"{f['kv_cache_tokens']:,}"),
     ("max_model_len", lambda f: f"{f['max_model_len']:,}"),
@@ -745,6 +1568,9 @@ def render_table(fits, names=None, title=None):
         lines.append(f"{name}: {report['attention']['kind']} because {report['attention']['why']}")
         lines.append(f"{name}: quantization from {report['quantization']['source']}; "
                      f"KV dtype {report['kv_cache_dtype_source']}")
+        if report.get("overhead_source"):
+            lines.append(f"{name}: overhead {report['overhead_source']}")
         lines.append(f"{name}: {report['verdict']}")
         lines.extend(f"{name}: WARNING {w}" for w in report["warnings"])
     return lines
+

@@ -1,6 +1,6 @@
 #!/usr/bin/python
-# Copyright 2026 vllm-fleet contributors
-# Apache License 2.0 (see galaxy.yml)
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
 
 DOCUMENTATION = r"""
 ---
@@ -8,9 +8,14 @@ module: model_fit
 short_description: Say whether a model fits on a host's GPUs, from its config.json
 description:
   - Reads a model's C(config.json) (and C(hf_quant_config.json)), the catalog's serve options and
-    the GPUs' facts, and reports the attention kind, KV heads and KV bytes per token per GPU, the
-    quantization found in the files, weights per GPU, the KV cache budget and capacity, how many
+    the GPUs' facts, and reports the attention design per layer class (full, sliding window, MLA,
+    sparse MLA with its indexer cache, linear attention with its state), KV heads and KV bytes per
+    token per GPU, the quantization found in the files, weights per GPU, the KV cache budget and
+    capacity (with decode context parallel, MTP draft layers and data-parallel replicas), how many
     max-length requests fit at once, a verdict and warnings.
+  - An attention design it cannot size fails with C(cannot size this architecture) and the
+    reason; it is never guessed as GQA. Serve options that may change memory and are not
+    modelled are listed in C(not_understood).
   - Pure arithmetic, no GPU needed; changes nothing on the host.
   - The same function is the filter P(vllm_fleet.fleet.model_fit#filter).
 version_added: "0.1.0"
@@ -32,9 +37,14 @@ options:
     type: dict
   serve:
     description:
-      - The catalog entry's C(serve) options. Used keys are C(tensor_parallel_size),
-        C(data_parallel_size), C(enable_expert_parallel), C(max_model_len),
-        C(gpu_memory_utilization), C(kv_cache_dtype) and C(block_size); others are ignored.
+      - The catalog entry's C(serve) options, after the GPU architecture's profile is merged
+        (P(vllm_fleet.fleet.catalog_profile#filter)). Used keys are C(tensor_parallel_size),
+        C(data_parallel_size), C(pipeline_parallel_size), C(decode_context_parallel_size),
+        C(prefill_context_parallel_size), C(enable_expert_parallel), C(max_model_len),
+        C(gpu_memory_utilization), C(kv_cache_dtype), C(dtype), C(block_size),
+        C(max_num_batched_tokens), C(speculative_config), C(kv_cache_memory_bytes) and
+        C(mamba_ssm_cache_dtype). Keys known to leave memory alone are ignored; any other key is
+        reported as not understood.
     type: dict
     default: {}
   weight_bytes:
@@ -56,13 +66,29 @@ options:
   vllm_version:
     description: The vLLM version that will serve the model.
     type: str
+  verified_vllm:
+    description:
+      - The vLLM version the catalog marks as verified for this GPU architecture (the chosen
+        profile's C(vllm.verified_version)). Any other O(vllm_version) warns, older or newer; no
+        verified version warns too.
+    type: str
   verified_sm120_vllm:
-    description: The catalog's vLLM version verified on SM120; an older O(vllm_version) warns on SM120 GPUs.
+    description: Older name of O(verified_vllm), applied to SM 12.x GPUs only.
+    type: str
+  min_vllm:
+    description: The model's minimum vLLM version (catalog C(vllm.min_version)); an older O(vllm_version) warns.
+    type: str
+  profile:
+    description: Name of the catalog profile in effect (for the report and the plan table).
+    type: str
+  revision:
+    description: The catalog revision of the model; anything but a 40-hex commit warns.
     type: str
   overhead_bytes_per_gpu:
     description:
       - Memory per GPU that is neither weights nor KV cache (activations, CUDA graphs, NCCL,
-        driver reserve), bytes. Defaults to 9 GiB, derived from a public vLLM log on RTX PRO 6000.
+        driver reserve), bytes. Defaults per attention class (full, MLA, sparse MLA, hybrid),
+        each derived from a public vLLM start-up log (see the module_utils source).
     type: int
   available_kv_bytes:
     description:
@@ -112,8 +138,33 @@ fit:
   type: dict
   contains:
     attention:
-      description: C(kind) (MLA, GQA, MHA), C(why), C(num_layers), C(num_kv_heads), C(head_dim) (values).
+      description: C(kind) (sparse MLA, MLA, GQA, MHA), C(why), C(num_layers), C(num_kv_heads), C(head_dim), C(layer_classes), C(mtp_layers) (values).
       type: dict
+    attention_classes:
+      description: One line per layer class, for example C(full x12, linear x36, 274,432 B state).
+      type: str
+    decode_context_parallel_size:
+      description: DCP ranks that split every request's KV cache by token position.
+      type: int
+    kv_cache_groups:
+      description: KV cache groups vLLM forms (hybrid models have several).
+      type: int
+    blocks_per_max_len_request:
+      description: KV blocks one max_model_len request needs across all groups (blocks).
+      type: int
+    max_concurrency:
+      description: Max-length requests the KV cache holds at once, all data-parallel replicas.
+      type: float
+    overhead_class:
+      description: Attention class whose default overhead applied (full, mla, sparse_mla, hybrid).
+      type: str
+    not_understood:
+      description: Serve options that may change memory and are not modelled.
+      type: list
+      elements: str
+    profile:
+      description: The catalog profile in effect, as given.
+      type: str
     kv_heads_per_gpu:
       description: KV heads (MLA, one latent) each tensor-parallel rank holds.
       type: int
@@ -136,7 +187,7 @@ fit:
       description: memory x utilization - weights - overhead, per GPU (bytes).
       type: int
     kv_cache_tokens:
-      description: KV cache capacity in tokens, rounded down to blocks as vLLM does (tokens).
+      description: The "GPU KV cache size" vLLM logs, by the formula of O(vllm_version) (tokens).
       type: int
     max_len_requests_at_once:
       description: Requests of max_model_len tokens that fit at once, all data-parallel replicas.
@@ -162,7 +213,7 @@ fit:
     attention: {kind: GQA, num_kv_heads: 8, head_dim: 128, num_layers: 62}
     kv_heads_per_gpu: 2
     kv_bytes_per_token_per_gpu: 63488
-    kv_cache_tokens: 429472
+    kv_cache_tokens: 435168  # MiniMax-M2.5 TP4 on RTX PRO 6000 at 0.92
     fits: true
 """
 
@@ -186,7 +237,11 @@ def main():
             "repo_files": {"type": "list", "elements": "dict"},
             "gpu": {"type": "dict", "required": True},
             "vllm_version": {"type": "str"},
+            "verified_vllm": {"type": "str"},
             "verified_sm120_vllm": {"type": "str"},
+            "min_vllm": {"type": "str"},
+            "profile": {"type": "str"},
+            "revision": {"type": "str"},
             "overhead_bytes_per_gpu": {"type": "int"},
             "available_kv_bytes": {"type": "int"},
             "fail_on_no_fit": {"type": "bool", "default": False},
@@ -210,7 +265,11 @@ def main():
             weight_bytes=weight_bytes,
             hf_quant_config=params["hf_quant_config"],
             vllm_version=params["vllm_version"],
+            verified_vllm=params["verified_vllm"],
             verified_sm120_vllm=params["verified_sm120_vllm"],
+            min_vllm=params["min_vllm"],
+            profile=params["profile"],
+            revision=params["revision"],
             overhead_bytes_per_gpu=params["overhead_bytes_per_gpu"],
             available_kv_bytes=params["available_kv_bytes"],
         )

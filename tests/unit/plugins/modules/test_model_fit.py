@@ -1,5 +1,5 @@
-# Copyright 2026 vllm-fleet contributors
-# Apache License 2.0 (see galaxy.yml)
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
 """The model_fit module: arguments in, exit_json/fail_json out, check mode."""
 
 import json
@@ -12,6 +12,8 @@ from repo_paths import FIXTURES
 
 GPU = {"count": 8, "memory_total_bytes": 102_641_958_912, "compute_capability": "12.0",
        "interconnect": "pcie"}
+# The old constant, so the hand sums below stay as they were.
+NINE_GIB = 9 * 1024**3
 
 
 class ExitJsonError(Exception):
@@ -62,6 +64,7 @@ def test_reports_minimax_tp8_ep_unchanged(monkeypatch, check_mode):
                   "max_model_len": 196608, "gpu_memory_utilization": 0.92},
         "weight_bytes": 230_000_000_000,
         "gpu": GPU,
+        "overhead_bytes_per_gpu": NINE_GIB,
     }, check_mode=check_mode)
     assert result["changed"] is False
     fit = result["fit"]
@@ -90,6 +93,7 @@ def test_predicts_vllm_log(monkeypatch):
         "weight_bytes": 230_000_000_000,
         "gpu": GPU,
         "available_kv_bytes": 25_361_781_882,  # 23.62 GiB
+        "vllm_version": "0.16.0",
     })
     # 25,361,781,882 // 16,384 // 62 = 24,967 blocks x 16
     assert result["fit"]["predicted_vllm_kv_cache_tokens"] == 399_472
@@ -102,6 +106,7 @@ def test_fail_on_no_fit_names_wanted_and_found(monkeypatch):
                   "gpu_memory_utilization": 0.92},
         "weight_bytes": 595_000_000_000,
         "gpu": dict(GPU, count=4),
+        "overhead_bytes_per_gpu": NINE_GIB,
         "fail_on_no_fit": True,
     })
     assert result["failed"] is True
@@ -122,3 +127,39 @@ def test_weight_source_is_required(monkeypatch):
     result = run(monkeypatch, {"config": minimax(), "gpu": GPU})
     assert result["failed"] is True
     assert "weight_bytes" in result["msg"]
+
+
+def test_profile_versions_and_revision_reach_the_report(monkeypatch):
+    result = run(monkeypatch, {
+        "config": kimi(),
+        "serve": {"tensor_parallel_size": 8, "decode_context_parallel_size": 8,
+                  "kv_cache_dtype": "fp8", "max_model_len": 131072,
+                  "gpu_memory_utilization": 0.92},
+        "weight_bytes": 595_000_000_000,
+        "gpu": GPU,
+        "vllm_version": "0.33.0",
+        "verified_vllm": "0.19.1",
+        "min_vllm": "0.19.1",
+        "profile": "sm120",
+        "revision": "main",
+    })
+    fit = result["fit"]
+    assert result["changed"] is False
+    assert fit["profile"] == "sm120"
+    assert fit["decode_context_parallel_size"] == 8
+    # no overhead given: the MLA class default applies
+    assert fit["overhead_class"] == "mla"
+    assert any(w.startswith("vLLM 0.33.0 is newer than 0.19.1, the version the catalog marks "
+                            "as verified for sm120") for w in fit["warnings"])
+    assert any(w.startswith("revision 'main' is not pinned") for w in fit["warnings"])
+    assert not any("older than 0.19.1, the minimum" in w for w in fit["warnings"])
+
+
+def test_unsizable_architecture_fails_with_the_reason(monkeypatch):
+    config = json.loads((FIXTURES / "models" / "nvidia--DeepSeek-V4-Flash-NVFP4.config.json")
+                        .read_text())
+    result = run(monkeypatch, {"config": config, "weight_bytes": 1, "gpu": GPU})
+    assert result["failed"] is True
+    assert result["msg"].startswith("Cannot evaluate the model's fit: cannot size this "
+                                    "architecture: DeepseekV4ForCausalLM has DeepSeek-V4 "
+                                    "compressed sparse attention")

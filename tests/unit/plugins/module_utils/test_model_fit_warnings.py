@@ -1,0 +1,175 @@
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
+"""model_fit warnings (versions, SM12x traps, options known to fail, pinning) and the
+boundaries of the verdict. Expected numbers are worked out by hand in the comments."""
+
+import json
+
+import pytest
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils import model_fit as mf
+from repo_paths import FIXTURES
+
+MODELS = FIXTURES / "models"
+NINE_GIB = 9 * 1024**3
+RTX_PRO_6000 = {"count": 8, "memory_total_bytes": 97_887 * 1_048_576,
+                "compute_capability": "12.0", "interconnect": "pcie"}
+B200 = {"count": 8, "memory_total_bytes": 183_359 * 1_048_576, "compute_capability": "10.0",
+        "interconnect": "nvlink"}
+MINIMAX_TP4 = {"tensor_parallel_size": 4, "max_model_len": 196_608,
+               "gpu_memory_utilization": 0.92}
+
+
+def config(name):
+    return json.loads((MODELS / name).read_text())
+
+
+@pytest.fixture(scope="module")
+def minimax():
+    return config("MiniMaxAI--MiniMax-M2.5.config.json")
+
+
+def fit(cfg, serve, gpu=RTX_PRO_6000, **kwargs):
+    kwargs.setdefault("overhead_bytes_per_gpu", NINE_GIB)
+    kwargs.setdefault("weight_bytes", 230_000_000_000)
+    return mf.model_fit(cfg, serve=serve, gpu=gpu, **kwargs)
+
+
+def version_warnings(report):
+    return [w for w in report["warnings"] if "vLLM" in w]
+
+
+# --- Versions ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("version", "expected"), [
+    ("0.33.0", [("vLLM 0.33.0 is newer than 0.20.2, the version the catalog marks as verified "
+                "for sm120: releases on both sides have regressed sm120 kernels, so verify "
+                "this one before relying on it")]),
+    ("0.20.1", [("vLLM 0.20.1 is older than 0.20.2, the version the catalog marks as verified "
+                "for sm120: releases on both sides have regressed sm120 kernels, so verify "
+                "this one before relying on it")]),
+    ("0.20.2", []),
+])
+def test_any_version_but_the_verified_one_warns(minimax, version, expected):
+    report = fit(minimax, MINIMAX_TP4, vllm_version=version, verified_vllm="0.20.2")
+    assert version_warnings(report) == expected
+
+
+def test_no_verified_version_and_the_minimum(minimax):
+    report = fit(minimax, MINIMAX_TP4, vllm_version="0.19.1", min_vllm="0.20.2")
+    assert version_warnings(report) == [
+        ("vLLM 0.19.1 is older than 0.20.2, the minimum the catalog states for this model "
+        "(vllm-project/recipes min_vllm_version)"),
+        ("no vLLM version is marked verified for sm120 in the catalog: vLLM 0.19.1 is unproven "
+        "on this GPU architecture"),
+    ]
+
+
+def test_the_verified_version_is_per_architecture(minimax):
+    # verified_sm120_vllm only speaks for SM 12.x; on SM 10.0 it does not apply
+    report = fit(minimax, MINIMAX_TP4, gpu=B200, vllm_version="0.20.2",
+                 verified_sm120_vllm="0.20.2")
+    assert version_warnings(report) == [
+        ("no vLLM version is marked verified for sm100 in the catalog: vLLM 0.20.2 is unproven "
+        "on this GPU architecture")]
+
+
+# --- NVFP4 MoE with expert parallel on SM12x ----------------------------------------------
+
+
+@pytest.mark.parametrize(("gpu", "ep", "warned"), [
+    (RTX_PRO_6000, True, True),
+    (RTX_PRO_6000, False, False),
+    (B200, True, False),
+])
+def test_nvfp4_moe_with_expert_parallel_on_sm12x(gpu, ep, warned):
+    cfg = config("nvidia--MiniMax-M2.5-NVFP4.config.json")
+    hq = config("nvidia--MiniMax-M2.5-NVFP4.hf_quant_config.json")
+    report = fit(cfg, {"tensor_parallel_size": 8, "enable_expert_parallel": ep,
+                       "max_model_len": 8192}, gpu=gpu, hf_quant_config=hq,
+                 weight_bytes=130_000_000_000)
+    found = [w for w in report["warnings"] if w.startswith("NVFP4 MoE with expert parallel")]
+    assert bool(found) is warned
+    if warned:
+        assert "(vllm-project/vllm issue 32826)" in found[0]
+
+
+# --- Options known to fail -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("serve", "warned"), [
+    ({"tensor_parallel_size": 8}, True),
+    ({"tensor_parallel_size": 8, "enable_expert_parallel": True}, False),
+    ({"tensor_parallel_size": 4}, False),
+])
+def test_pure_tp8_minimax_fp8_is_known_to_fail(minimax, serve, warned):
+    report = fit(minimax, dict(serve, max_model_len=8192))
+    found = [w for w in report["warnings"] if w.startswith("known to fail")]
+    assert bool(found) is warned
+    if warned:
+        # intermediate_size 1536 / 8 = 192, and 192 % 128 = 64
+        assert found == [
+            ("known to fail: FP8 block 128 weights with tensor parallel 8 and no expert "
+            "parallel: the expert width 1536 / 8 = 192 is not a multiple of 128, and vLLM "
+            "refuses the split (vllm-project/recipes MiniMax-M2.5: pure TP8 fails); enable "
+            "expert parallel or use a smaller TP")]
+
+
+# --- Pinning -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("revision", "warned"), [
+    ("main", True),
+    ("v1.0", True),
+    ("f710177d938eff80b684d42c5aa84b382612f21f", False),
+    (None, False),
+])
+def test_unpinned_revision_warns(minimax, revision, warned):
+    report = fit(minimax, MINIMAX_TP4, revision=revision)
+    assert any(w.startswith(f"revision {revision!r} is not pinned") for w in
+               report["warnings"]) is warned
+
+
+# --- Boundaries ----------------------------------------------------------------------------
+
+# one 196,608-token request: 12,288 blocks x (62 x 16,384 = 1,015,808 B) = 12,482,248,704 B;
+# usable 94,430,602,199 - weights 57,500,000,000 - that = 24,448,353,495 B of overhead leaves
+# exactly one request's worth of KV cache
+EXACT_OVERHEAD = 24_448_353_495
+
+
+def test_kv_budget_equal_to_one_request_fits(minimax):
+    report = fit(minimax, MINIMAX_TP4, overhead_bytes_per_gpu=EXACT_OVERHEAD)
+    assert report["kv_budget_bytes_per_gpu"] == 12_482_248_704
+    assert report["margin_bytes_per_gpu"] == 0
+    assert report["fits"] is True
+    assert report["max_len_requests_at_once"] == 1
+    assert report["verdict"] == ("fits: 1 max-length request(s) at once, 0 bytes per GPU to "
+                                 "spare after one")
+
+
+def test_one_byte_short_does_not_fit(minimax):
+    report = fit(minimax, MINIMAX_TP4, overhead_bytes_per_gpu=EXACT_OVERHEAD + 1)
+    assert report["margin_bytes_per_gpu"] == -1
+    assert report["fits"] is False
+    assert report["max_len_requests_at_once"] == 0
+    assert report["verdict"] == "does not fit: 1 bytes per GPU short of one 196608-token request"
+
+
+def test_gpus_equal_to_need_is_enough(minimax):
+    serve = dict(MINIMAX_TP4, data_parallel_size=2, enable_expert_parallel=True)
+    assert fit(minimax, serve)["fits"] is True  # TP4 x DP2 = 8 GPUs of 8
+    short = fit(minimax, serve, gpu=dict(RTX_PRO_6000, count=7))
+    assert short["fits"] is False
+    assert short["verdict"] == "does not fit: needs 8 GPUs, has 7"
+
+
+def test_max_concurrency_counts_data_parallel_replicas(minimax):
+    one = fit(minimax, MINIMAX_TP4)
+    two = fit(minimax, dict(MINIMAX_TP4, data_parallel_size=2, enable_expert_parallel=True))
+    # budget per GPU 94,430,602,199 - 57,500,000,000 - 9,663,676,416 = 27,266,925,783 B
+    # // 1,015,808 = 26,842 blocks per replica; 26,842 // 12,288 = 2 requests, 2.18x
+    assert (one["kv_cache_blocks"], two["kv_cache_blocks"]) == (26_842, 26_842)
+    assert (one["max_len_requests_at_once"], one["max_concurrency"]) == (2, 2.18)
+    # two replicas, each with its own KV cache: 4 requests, 26,842 / 12,288 x 2 = 4.37x
+    assert (two["max_len_requests_at_once"], two["max_concurrency"]) == (4, 4.37)
