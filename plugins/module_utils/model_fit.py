@@ -1488,8 +1488,10 @@ def _dcp_text(fit):
 def _kv_heads(fit):
     att = fit["attention"]
     if att["kind"] in ("MLA", "sparse MLA"):
-        return (f"1 latent ({att['head_dim']}), whole on {fit['kv_replicas']} of "
-                f"{fit['tensor_parallel_size']} ranks")
+        dcp = fit.get("decode_context_parallel_size", 1)
+        if dcp > 1:
+            return f"1 latent ({att['head_dim']}), split by token over {dcp} DCP ranks"
+        return f"1 latent ({att['head_dim']}), whole on all {fit['tensor_parallel_size']} ranks"
     text = f"{fit['kv_heads_per_gpu']} of {att['num_kv_heads']}"
     if fit["kv_heads_replicated"]:
         text += f" (each on {fit['kv_replicas']} GPUs)"
