@@ -1,6 +1,6 @@
 #!/usr/bin/python
-# Copyright: vllm-fleet contributors
-# Apache License 2.0
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
 
 DOCUMENTATION = r"""
 ---
@@ -20,6 +20,12 @@ description:
     and gated healthy, and the module fails with C(rolled_back=true), the reason and green's
     journal lines.
   - Re-running with the active model, running and unchanged, changes nothing.
+  - When green has GPUs, nvidia-smi is read at the moment the switch decides (not earlier in the
+    play); a process that holds memory on green's GPUs and belongs to neither blue's nor green's
+    unit stops the cutover before anything changes.
+  - While a unit starts, the module writes where it stands (elapsed of its startup limit, the
+    unit's last log line) to O(progress_file); run as an asynchronous task, M(vllm_fleet.fleet.async_follow)
+    prints it on the controller.
 version_added: 0.1.0
 options:
   model:
@@ -56,14 +62,11 @@ options:
     type: list
     elements: int
     default: []
-  gpu_processes:
+  gpu_facts_fixture_dir:
     description:
-      - Processes holding GPU memory, as M(vllm_fleet.fleet.gpu_facts) returns them (C(pid), C(gpu_index),
-        C(used_memory_bytes)). One on green's GPUs that belongs to neither blue's nor green's unit
-        stops the cutover before anything changes.
-    type: list
-    elements: dict
-    default: []
+      - Test seam, as M(vllm_fleet.fleet.gpu_facts) has it - a folder of captured nvidia-smi outputs
+        read instead of running nvidia-smi.
+    type: path
   drain_timeout:
     description: Seconds to wait for blue's running and waiting requests (vLLM's C(/metrics)) to reach 0 before it is stopped.
     type: float
@@ -91,6 +94,13 @@ options:
         type: list
         elements: str
         default: [systemctl, reload, nginx]
+  progress_file:
+    description: JSON file on the host where a starting unit's progress is written (unset, none is).
+    type: path
+  progress_interval:
+    description: Seconds between two writes of O(progress_file).
+    type: float
+    default: 10
   restart:
     description: Green's unit or files changed; restart green when it is already the active model.
     type: bool
@@ -193,12 +203,25 @@ journal:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils import gpu_facts
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils import record as records
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.cutover import (
     Cutover,
     CutoverError,
-    load_record,
+    Host,
+    Settings,
 )
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import FrontDoor
+
+
+def gpu_process_reader(module, fixture_dir):
+    """A function that reads nvidia-smi's processes when called (None without nvidia-smi)."""
+    if fixture_dir:
+        return lambda: gpu_facts.collect_from_fixture(fixture_dir)["processes"]
+    smi = module.get_bin_path("nvidia-smi")
+    if not smi:
+        return None
+    return lambda: gpu_facts.collect(module.run_command, nvidia_smi=smi)["processes"]
 
 
 def main():
@@ -213,7 +236,7 @@ def main():
             "strategy": {"type": "str", "choices": ["sequential", "parallel", "auto"],
                          "default": "sequential"},
             "gpus": {"type": "list", "elements": "int", "default": []},
-            "gpu_processes": {"type": "list", "elements": "dict", "default": []},
+            "gpu_facts_fixture_dir": {"type": "path"},
             "drain_timeout": {"type": "float", "default": 60.0},
             "frontdoor": {"type": "dict", "options": {
                 "upstream_file": {"type": "path", "required": True},
@@ -222,6 +245,8 @@ def main():
                 "reload_cmd": {"type": "list", "elements": "str",
                                "default": ["systemctl", "reload", "nginx"]},
             }},
+            "progress_file": {"type": "path"},
+            "progress_interval": {"type": "float", "default": 10.0},
             "restart": {"type": "bool", "default": False},
             "health_interval": {"type": "float", "default": 2.0},
             "smoke_prompt": {"type": "str", "default": "Hello"},
@@ -232,6 +257,9 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
+    # The unit's lifecycle needs systemctl and journalctl; the port check needs ss.
+    binaries = {name: module.get_bin_path(name, required=True)
+                for name in ("systemctl", "journalctl", "ss")}
     green = dict(p["record"])
     green.update({
         "model": p["model"], "unit": p["unit"], "url": p["url"], "port": p["port"],
@@ -240,6 +268,8 @@ def main():
     })
 
     def run_command(argv):
+        if argv and argv[0] in binaries:
+            argv = [binaries[argv[0]], *argv[1:]]
         return module.run_command(argv)
 
     frontdoor = None
@@ -248,13 +278,18 @@ def main():
         frontdoor = FrontDoor(run_command, fd["upstream_file"], fd["url"],
                               test_cmd=fd["test_cmd"], reload_cmd=fd["reload_cmd"])
         green["frontdoor_url"] = fd["url"]
+    settings = Settings(strategy=p["strategy"], restart=p["restart"],
+                        health_interval=p["health_interval"], smoke_prompt=p["smoke_prompt"],
+                        journal_lines=p["journal_lines"], drain_timeout=p["drain_timeout"],
+                        progress_file=p["progress_file"],
+                        progress_interval=p["progress_interval"])
     try:
-        record = load_record(p["state_file"])
-        cutover = Cutover(run_command, green, p["state_file"], strategy=p["strategy"],
-                          restart=p["restart"], health_interval=p["health_interval"],
-                          smoke_prompt=p["smoke_prompt"], journal_lines=p["journal_lines"],
-                          frontdoor=frontdoor, drain_timeout=p["drain_timeout"],
-                          gpu_processes=p["gpu_processes"])
+        record = records.load(p["state_file"])
+    except records.RecordError as exc:
+        module.fail_json(msg=str(exc), changed=False)
+    cutover = Cutover(Host(run_command), green, p["state_file"], settings, frontdoor=frontdoor,
+                      gpu_processes=gpu_process_reader(module, p["gpu_facts_fixture_dir"]))
+    try:
         result = cutover.run_plan(record, check_mode=module.check_mode)
     except CutoverError as exc:
         fields = dict(exc.fields)

@@ -171,6 +171,8 @@ class FakeHost:
     # -- run_command -----------------------------------------------------------
     def run_command(self, argv):
         argv = list(argv)
+        if argv and "/" in argv[0]:  # the module calls binaries by path (get_bin_path)
+            argv[0] = argv[0].rsplit("/", 1)[1]
         self.calls.append(argv)
         if self.nginx and argv[:2] == ["systemctl", "reload"] and argv[2] in (
                 "nginx", "nginx.service"):
@@ -180,9 +182,13 @@ class FakeHost:
         if argv[0] == "systemctl":
             return self._systemctl(argv[1], argv[2], argv[3:])
         if argv[0] == "journalctl":
+            # As systemd 252's journalctl: with --since, -n N gives the FIRST N lines of the
+            # window; -r gives the newest first, so -n N -r gives the last N, newest first.
             unit = self.units.get(argv[argv.index("-u") + 1])
             lines = int(argv[argv.index("-n") + 1])
-            text = "\n".join((unit.journal if unit else [])[-lines:])
+            journal = list(unit.journal if unit else [])
+            shown = journal[::-1][:lines] if "-r" in argv else journal[:lines]
+            text = "\n".join(shown)
             return 0, text + ("\n" if text else ""), ""
         if argv[0] == "ss":
             return 0, self.ss_out, ""

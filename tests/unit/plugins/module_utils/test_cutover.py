@@ -11,13 +11,14 @@ import socket
 from pathlib import Path
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import cutover as cutover_mod
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils import record as record_mod
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils import units as units_mod
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.cutover import (
     Cutover,
     CutoverError,
-    load_record,
+    Host,
+    Settings,
     plan,
-    write_record,
 )
 
 from unit.fake_host import (
@@ -74,16 +75,18 @@ class World:
             record = record or {"active": self.blue, "previous": None, "history": []}
         self.record = record or EMPTY
         if record:
-            write_record(str(self.state_file), record)
+            record_mod.write(str(self.state_file), record)
         self.before = self.state_file.read_bytes() if record else None
 
     def cutover(self, **kwargs):
-        return Cutover(self.host.run_command, self.green, str(self.state_file),
-                       request=self.host.request, clock=self.host.clock, wall=self.host.wall,
-                       sleep=self.host.sleep, **kwargs)
+        host = Host(self.host.run_command, request=self.host.request, clock=self.host.clock,
+                    wall=self.host.wall, sleep=self.host.sleep)
+        procs = kwargs.pop("gpu_processes", None)
+        return Cutover(host, self.green, str(self.state_file), Settings(**kwargs),
+                       gpu_processes=procs)
 
     def run(self, check_mode=False, **kwargs):
-        return self.cutover(**kwargs).run_plan(load_record(str(self.state_file)), check_mode)
+        return self.cutover(**kwargs).run_plan(record_mod.load(str(self.state_file)), check_mode)
 
     def fail(self, **kwargs):
         with pytest.raises(CutoverError) as caught:
@@ -194,7 +197,7 @@ def test_green_crash_rolls_back_to_blue(tmp_path, port):
         ("stop", B), ("reset-failed", G), ("start", G),
         ("stop", G), ("reset-failed", G), ("reset-failed", B), ("start", B)]
     assert world.states() == {B: "active", G: "inactive"}
-    assert ["journalctl", "-u", G, "--since", "@1799999999", "-n", "40", "--no-pager",
+    assert ["journalctl", "-u", G, "--since", "@1799999999", "-n", "40", "-r", "--no-pager",
             "-o", "cat"] in world.host.calls
     assert world.state_file.read_bytes() == world.before  # record untouched
 
@@ -321,7 +324,7 @@ def test_systemctl_show_failure_is_reported(tmp_path, port):
         return 1, "", "Failed to connect to bus: No such file or directory\n"
 
     with pytest.raises(CutoverError) as caught:
-        Cutover(broken, world.green, str(world.state_file)).run_plan(world.record)
+        Cutover(Host(broken), world.green, str(world.state_file)).run_plan(world.record)
     assert caught.value.msg == ("systemctl show vllm-green.service failed (rc=1): "
                                 "Failed to connect to bus: No such file or directory")
 
@@ -359,7 +362,7 @@ def test_restart_when_green_is_running(tmp_path, port):
     record = {"active": since(spec("green", port)), "previous": None, "history": []}
     world = World(tmp_path, port, blue=False, green_active=True, green_warmup=2.0,
                   record=record)
-    result = world.cutover(restart=True).run_plan(load_record(str(world.state_file)))
+    result = world.cutover(restart=True).run_plan(record_mod.load(str(world.state_file)))
     assert (result["action"], result["changed"], result["time_to_healthy_s"]) == (
         "restart", True, 2.0)
     assert world.host.state_calls() == [("reset-failed", G), ("restart", G), ("enable", G)]
@@ -380,7 +383,7 @@ def test_failed_restart_stops_green_and_says_there_is_nothing_to_roll_back_to(tm
     record = {"active": since(spec("green", port)), "previous": None, "history": []}
     world = World(tmp_path, port, blue=False, green_active=True, green=CRASH, record=record)
     with pytest.raises(CutoverError) as caught:
-        world.cutover(restart=True).run_plan(load_record(str(world.state_file)))
+        world.cutover(restart=True).run_plan(record_mod.load(str(world.state_file)))
     exc = caught.value
     assert exc.msg == ("green did not pass its health gate after restart: vllm-green.service "
                        "failed (failed); it was the active model, so there is nothing to roll "
@@ -450,8 +453,8 @@ def test_write_record_is_atomic(tmp_path, monkeypatch):
                      path.read_text()))
         real_replace(src, dst)
 
-    monkeypatch.setattr(cutover_mod.os, "replace", replace)
-    write_record(str(path), {"active": {"model": "m"}, "history": []})
+    monkeypatch.setattr(record_mod.os, "replace", replace)
+    record_mod.write(str(path), {"active": {"model": "m"}, "history": []})
     (folder, name, dst, written, old_text), = seen
     assert (folder, dst) == (str(tmp_path), str(path))
     assert name.startswith(".vllm_fleet.")
@@ -466,16 +469,56 @@ def test_write_record_failure_keeps_the_old_record_and_leaves_no_temp_file(tmp_p
     path = tmp_path / "vllm_fleet.fact"
     path.write_text('{"active": null}\n')
     with pytest.raises(TypeError):
-        write_record(str(path), {"active": {"since": object()}})
+        record_mod.write(str(path), {"active": {"since": object()}})
     assert path.read_text() == '{"active": null}\n'
     assert sorted(os.listdir(tmp_path)) == ["vllm_fleet.fact"]
 
 
 def test_load_record(tmp_path):
     path = tmp_path / "r.fact"
-    assert load_record(str(path)) == {"active": None, "previous": None, "history": []}
+    assert record_mod.load(str(path)) == {"active": None, "previous": None, "history": []}
     path.write_text('{"active": {"model": "m"}}')
-    assert load_record(str(path)) == {"active": {"model": "m"}, "previous": None, "history": []}
+    assert record_mod.load(str(path)) == {"active": {"model": "m"}, "previous": None, "history": []}
     path.write_text("active=m\n")
-    with pytest.raises(CutoverError, match=f"deployment record {path} is not JSON: Expecting"):
-        load_record(str(path))
+    with pytest.raises(record_mod.RecordError,
+                       match=f"deployment record {path} is not JSON: Expecting"):
+        record_mod.load(str(path))
+
+
+# -- start progress -------------------------------------------------------------------------
+def test_a_starting_green_writes_its_progress_for_the_controller(tmp_path, port, monkeypatch):
+    """Every progress interval: elapsed of the startup limit and the unit's last log line."""
+    world = World(tmp_path, port, blue=False, green_warmup=35.0)
+    progress = tmp_path / "progress.json"
+    seen = []
+    real_write = units_mod.write_atomic
+
+    def spy(path, text, **kwargs):
+        if path == str(progress):
+            seen.append(json.loads(text))
+        return real_write(path, text, **kwargs)
+
+    monkeypatch.setattr(units_mod, "write_atomic", spy)
+    result = world.run(progress_file=str(progress), progress_interval=10.0, health_interval=1.0)
+    assert result["green_health"]["ok"] is True
+    # written at 0 s, then once per 10 s of the fake clock while green loaded for 35 s
+    assert [round(s["elapsed_s"]) for s in seen] == [0, 10, 20, 30]
+    assert {(s["model"], s["role"], s["phase"], s["limit_s"]) for s in seen} == {
+        ("green", "green", "starting", 60)}
+    assert seen[-1]["last_line"] == JOURNAL[-1]
+    assert json.loads(progress.read_text()) == seen[-1]
+
+
+def test_without_a_progress_file_nothing_is_written(tmp_path, port):
+    world = World(tmp_path, port, blue=False, green_warmup=5.0)
+    world.run(health_interval=1.0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["facts.d"]
+
+
+def test_a_failed_green_returns_the_last_journal_lines_in_order(tmp_path, port):
+    """journalctl's -n with --since counts from the window's start; the failure needs its end."""
+    world = World(tmp_path, port, green=CRASH)
+    long_log = [f"line {i}" for i in range(100)] + ["torch.OutOfMemoryError: CUDA out of memory"]
+    world.host.units[G].journal = long_log
+    exc = world.fail(journal_lines=40)
+    assert exc.fields["journal"] == long_log[-40:]

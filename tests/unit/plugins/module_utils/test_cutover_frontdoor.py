@@ -11,15 +11,16 @@ reload and what nginx loaded, /metrics scrapes and gate completions.
 import socket
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import cutover as cutover_mod
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils import record as record_mod
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils import units as units_mod
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.cutover import (
     Cutover,
     CutoverError,
+    Host,
+    Settings,
     foreign_gpu_processes,
-    load_record,
     resolve_strategy,
     unit_pids,
-    write_record,
 )
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import (
     FrontDoor,
@@ -69,19 +70,21 @@ class World:
         self.nginx.loaded = BLUE_PORT
         self.state_file = tmp_path / "vllm_fleet.fact"
         recorded = self.blue if active == "blue" else dict(self.green, since=self.blue["since"])
-        write_record(str(self.state_file), {"active": recorded, "previous": None, "history": []})
+        record_mod.write(str(self.state_file),
+                         {"active": recorded, "previous": None, "history": []})
         self.record_bytes = self.state_file.read_bytes()
 
     def cutover(self, **kwargs):
         door = FrontDoor(self.host.run_command, str(self.file), FD_URL, request=self.host.request,
                          clock=self.host.clock, sleep=self.host.sleep)
-        return Cutover(self.host.run_command, self.green, str(self.state_file),
-                       request=self.host.request, clock=self.host.clock, wall=self.host.wall,
-                       sleep=self.host.sleep, frontdoor=door,
-                       cgroup_root=self.host.cgroup_root, **kwargs)
+        host = Host(self.host.run_command, request=self.host.request, clock=self.host.clock,
+                    wall=self.host.wall, sleep=self.host.sleep, cgroup_root=self.host.cgroup_root)
+        procs = kwargs.pop("gpu_processes", None)
+        return Cutover(host, self.green, str(self.state_file), Settings(**kwargs),
+                       frontdoor=door, gpu_processes=procs)
 
     def run(self, check_mode=False, **kwargs):
-        return self.cutover(**kwargs).run_plan(load_record(str(self.state_file)), check_mode)
+        return self.cutover(**kwargs).run_plan(record_mod.load(str(self.state_file)), check_mode)
 
     def fail(self, **kwargs):
         with pytest.raises(CutoverError) as caught:
@@ -156,7 +159,7 @@ def test_unit_pids_when_systemctl_fails_and_the_default_root(tmp_path, monkeypat
     folder = tmp_path / "system.slice" / B
     folder.mkdir(parents=True)
     (folder / "cgroup.procs").write_text("77\n")
-    monkeypatch.setattr(cutover_mod, "CGROUP_ROOT", str(tmp_path))
+    monkeypatch.setattr(units_mod, "CGROUP_ROOT", str(tmp_path))
     assert unit_pids(B, lambda argv: (0, f"/system.slice/{B}\n", "")) == {77}
 
 

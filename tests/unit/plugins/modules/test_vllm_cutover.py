@@ -15,10 +15,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import cutover as cutover_mod
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.cutover import write_record
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils import units as units_mod
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import upstream_conf
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.record import write as write_record
 from ansible_collections.vllm_fleet.fleet.plugins.modules import vllm_cutover
+from repo_paths import FIXTURES
 
 from unit.fake_host import CRASH, FakeHost
 
@@ -78,7 +79,7 @@ def world(servers, tmp_path, monkeypatch, port):
         srv.host = host
     blue_srv, green_srv, door_srv = servers
     host.cgroup_root = str(tmp_path / "cgroup")
-    monkeypatch.setattr(cutover_mod, "CGROUP_ROOT", host.cgroup_root)
+    monkeypatch.setattr(units_mod, "CGROUP_ROOT", host.cgroup_root)
     # the ports nginx proxies to are the catalog's; the fake routes them to these servers
     host.unit(B, blue_srv.base, "blue-model", active=True, port=8101, worker_pids=[4301])
     host.unit(G, green_srv.base, "green-model", journal=JOURNAL, port=port)
@@ -89,6 +90,9 @@ def world(servers, tmp_path, monkeypatch, port):
     host.frontdoor_args = {"upstream_file": str(upstream), "url": door_srv.base}
     monkeypatch.setattr(basic.AnsibleModule, "run_command",
                         lambda _self, argv, **_kw: host.run_command(argv))
+    # The fake host has systemd, iproute2 and nginx; no NVIDIA driver.
+    monkeypatch.setattr(basic.AnsibleModule, "get_bin_path", lambda _self, name, **_kw: (
+        f"/usr/bin/{name}" if name in ("systemctl", "journalctl", "ss", "nginx") else None))
     host.state_file = tmp_path / "vllm_fleet.fact"
     host.args = {"model": "green", "unit": G, "url": green_srv.base,
                  "served_model_name": "green-model", "port": port,
@@ -266,11 +270,18 @@ def test_strategy_auto_with_disjoint_gpus_switches_in_parallel(world, capsys):
     assert json.loads(world.state_file.read_text())["active"]["gpus"] == [4, 5, 6, 7]
 
 
-def test_gpu_processes_foreign_to_both_units_refuse_the_switch(world, capsys):
+def test_gpu_processes_foreign_to_both_units_refuse_the_switch(world, capsys, tmp_path):
+    """nvidia-smi is read when the switch decides (here through gpu_facts' fixture seam)."""
     recorded_blue(world)
-    procs = [{"pid": 4301, "gpu_index": 4, "used_memory_bytes": 80 * 1024 ** 3},  # blue's worker
-             {"pid": 31337, "gpu_index": 5, "used_memory_bytes": 1024 ** 3}]
-    result = run_module(capsys, {**world.args, "gpus": [4, 5], "gpu_processes": procs,
+    smi = tmp_path / "smi"
+    smi.mkdir()
+    gpus = (FIXTURES / "gpu" / "synthetic-rtxpro6000x8-pcie" / "nvidia-smi-query-gpu.csv")
+    (smi / "nvidia-smi-query-gpu.csv").write_text(gpus.read_text())
+    uuid = "GPU-5e7a0e00-0000-4000-8000-00000000000{}"
+    (smi / "nvidia-smi-query-compute-apps.csv").write_text(
+        f"4301, {80 * 1024}, {uuid.format(4)}\n"    # blue's worker (MiB)
+        f"31337, 1024, {uuid.format(5)}\n")          # a process of no model service
+    result = run_module(capsys, {**world.args, "gpus": [4, 5], "gpu_facts_fixture_dir": str(smi),
                                  "frontdoor": world.frontdoor_args})
     assert (result["rc"], result["failed"], result["changed"]) == (1, True, False)
     assert result["msg"] == ("cutover to green refused before any change: green green cannot "

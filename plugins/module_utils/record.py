@@ -1,0 +1,70 @@
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
+"""The deployment record: which model a host serves, since when, and what came before.
+
+One JSON file, a local fact (/etc/ansible/facts.d/vllm_fleet.fact, read back
+as ansible_local.vllm_fleet): `active` (model, unit, port, URL, repo,
+revision, vLLM, since), `previous`, and a short `history`. Written atomically
+(a temp file in the same folder, then a rename), so a reader never sees half
+of it.
+"""
+
+import datetime as dt
+import json
+import os
+import time
+
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import write_atomic
+
+HISTORY = 10
+
+
+class RecordError(Exception):
+    """The record cannot be read."""
+
+
+def empty():
+    return {"active": None, "previous": None, "history": []}
+
+
+def load(path):
+    """The record, or an empty one when there is none yet."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except FileNotFoundError:
+        return empty()
+    except ValueError as exc:
+        raise RecordError(f"deployment record {path} is not JSON: {exc}") from exc
+    data.setdefault("active", None)
+    data.setdefault("previous", None)
+    data.setdefault("history", [])
+    return data
+
+
+def write(path, record):
+    """Write the record atomically (temp file + rename in the same folder)."""
+    folder = os.path.dirname(path) or "."
+    os.makedirs(folder, exist_ok=True)
+    write_atomic(path, json.dumps(record, indent=2, sort_keys=True) + "\n", prefix=".vllm_fleet.")
+
+
+def now_iso(clock=time.time):
+    return dt.datetime.fromtimestamp(clock(), dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def same_deployment(active, green):
+    """Whether the recorded active deployment already is `green` (model and record fields)."""
+    if not active:
+        return False
+    keys = set(green) - {"since"}
+    return all(active.get(k) == green.get(k) for k in keys)
+
+
+def with_active(record, green, blue, wall=time.time):
+    """The record after `green` became active; `blue` (the one it replaced, or None)
+    becomes `previous` and heads the history."""
+    active = dict(green, since=now_iso(wall))
+    history = ([blue] if blue else []) + list(record.get("history") or [])
+    return {"active": active, "previous": blue or record.get("previous"),
+            "history": history[:HISTORY]}
