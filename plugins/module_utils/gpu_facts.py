@@ -762,7 +762,7 @@ def _smi_said(out, err):
     return " ".join(((out or "") + " " + (err or "")).split())
 
 
-def _failure_problem(kmod_version, rc, out, err, lost, missing):
+def _failure_problem(kmod_version, rc, out, err, lost, missing, listed_any):
     said = _smi_said(out, err)
     text = (
         f"the NVIDIA kernel module {kmod_version} is loaded but nvidia-smi failed (rc={rc}): {said}"
@@ -779,8 +779,10 @@ def _failure_problem(kmod_version, rc, out, err, lost, missing):
         text += ". GPUs nvidia-smi cannot open: " + ", ".join(
             f"{g['bus_id']} ({g['error']})" for g in lost
         )
-    if missing:
+    if missing and (lost or listed_any):
         text += ". NVIDIA GPUs on the PCI bus that nvidia-smi does not list: " + ", ".join(missing)
+    elif missing:
+        text += ". nvidia-smi reaches none of the NVIDIA GPUs on the PCI bus: " + ", ".join(missing)
     return text
 
 
@@ -937,7 +939,9 @@ def _judge(facts, expected, driver_loaded, kmod_version):
         if driver_loaded:
             out, err = facts.pop("nvidia_smi_said")
             facts["problems"].append(
-                _failure_problem(kmod_version, facts["nvidia_smi_rc"], out, err, lost, missing)
+                _failure_problem(
+                    kmod_version, facts["nvidia_smi_rc"], out, err, lost, missing, bool(listed)
+                )
             )
         else:
             facts.pop("nvidia_smi_said", None)

@@ -203,12 +203,18 @@ def test_userspace_module_mismatch_names_both_versions_and_the_fix():
     def run(argv):
         return 18, _read(PUBLIC / "nvidia-smi-mismatch-tinygrad47.txt"), ""
 
-    facts = gf.collect(run, nvidia_smi="nvidia-smi", proc_version_text=_synth_proc())
+    facts = gf.collect(
+        run,
+        nvidia_smi="nvidia-smi",
+        proc_version_text=_synth_proc(),
+        lspci_text=_read(SYNTH / "lspci-n.txt"),
+    )
     (problem,) = facts["problems"]
     assert (
         "The userspace driver (NVML 570.124) does not match the kernel module 580.95.05" in problem
     )
     assert "install the userspace of exactly 580.95.05" in problem
+    assert "nvidia-smi reaches none of the NVIDIA GPUs on the PCI bus: 0000:18:00.0, " in problem
     assert facts["nvidia_smi_rc"] == 18
 
 
