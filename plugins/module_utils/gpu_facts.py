@@ -1106,3 +1106,14 @@ def memory_snapshot(run_command, nvidia_smi="nvidia-smi"):
     for proc in processes:
         proc["gpu_index"] = uuid_index.get(proc["gpu_uuid"])
     return {"gpus": gpus, "processes": processes}
+
+
+def collect_from_fixture(fixture_dir, expected_bus_ids=None):
+    """All GPU facts from a directory of captures (test seam; gpu_host.collect_from_fixture).
+
+    Kept here for callers that import gpu_facts alone (the cutover reads processes so).
+    """
+    # Imported here: gpu_host imports this module.
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils import gpu_host
+
+    return gpu_host.collect_from_fixture(fixture_dir, expected_bus_ids=expected_bus_ids)

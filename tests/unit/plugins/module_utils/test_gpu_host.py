@@ -160,3 +160,12 @@ def test_cuda_check_that_hangs_is_reported_not_raised(tmp_path):
     result = gh.gpu_facts.parse_cuda_init(host.read("cuda_init"))
     assert result["initialised"] is False
     assert result["error"] == "cuInit failed: the check hung for 120 s and was killed (-1)"
+
+
+def test_gpu_facts_still_offers_collect_from_fixture():
+    # The cutover imports gpu_facts alone and reads processes through this name.
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils import gpu_facts
+
+    facts = gpu_facts.collect_from_fixture(str(FIXTURES / "gpu" / "synthetic-rtxpro6000x8-pcie"))
+    assert [p["pid"] for p in facts["processes"]] == [4242]
+    assert facts == gh.collect_from_fixture(str(FIXTURES / "gpu" / "synthetic-rtxpro6000x8-pcie"))
