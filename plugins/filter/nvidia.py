@@ -1,20 +1,23 @@
-# Copyright 2026 vllm-fleet contributors
-"""Filters for choosing an NVIDIA kernel module flavour from compute capabilities."""
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
+"""Filters for the NVIDIA driver and GPU fabric decisions (docs: plugins/filter/nvidia_*.yml)."""
 
 from __future__ import annotations
 
+import base64
+import binascii
+import re
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_fabric import fabric_warnings
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_facts import (
+    GpuFactsError,
     allowed_flavours,
     default_flavour,
+    unexplained_memory,
 )
 
-DOCUMENTATION = """
-name: nvidia_default_flavour
-short_description: Default NVIDIA kernel module flavour for a list of compute capabilities
-description:
-  - open when any GPU can run the open kernel modules (7.5 and newer, the only
-    choice from 10.0 on), proprietary when none can; open for an empty list.
-"""
+EFI_VAR_HEADER = 4  # efivarfs files start with the variable's 4-byte attributes
 
 
 def nvidia_default_flavour(capabilities):
@@ -31,9 +34,82 @@ def nvidia_allowed_flavours(capabilities):
     return sorted(allowed)
 
 
+def nvidia_fabric_warnings(gpu_facts, gpus, tensor_parallel_size=1):
+    """Warnings (each with its fix) for a model on `gpus` at this tensor parallel size."""
+    try:
+        return fabric_warnings(gpu_facts, gpus, tensor_parallel_size)
+    except (GpuFactsError, KeyError, TypeError, ValueError) as exc:
+        raise AnsibleFilterError(f"nvidia_fabric_warnings: {exc}") from exc
+
+
+def nvidia_unexplained_memory(gpu_facts, gpus, threshold_bytes):
+    """GPUs among `gpus` holding more memory than their visible processes, above the threshold."""
+    try:
+        return unexplained_memory(gpu_facts, gpus, int(threshold_bytes))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise AnsibleFilterError(f"nvidia_unexplained_memory: {exc}") from exc
+
+
+def nvidia_secure_boot_state(efi_present, efivar_b64=None, mokutil_text=None):
+    """'enabled' | 'disabled' | 'unknown' from the firmware's own authorities.
+
+    efi_present: whether /sys/firmware/efi exists (False: a legacy BIOS boot,
+    where Secure Boot cannot be on; None: not looked at). efivar_b64: the
+    base64 content of /sys/firmware/efi/efivars/SecureBoot-8be4df61-...
+    (4 attribute bytes, then 1 = enabled, 0 = disabled). mokutil_text: what
+    `mokutil --sb-state` printed. Anything else is 'unknown' (a refusal).
+    """
+    if efi_present is False:
+        return "disabled"
+    if efivar_b64:
+        try:
+            data = base64.b64decode(efivar_b64, validate=True)
+        except (binascii.Error, ValueError):
+            data = b""
+        if len(data) == EFI_VAR_HEADER + 1 and data[EFI_VAR_HEADER] in (0, 1):
+            return "enabled" if data[EFI_VAR_HEADER] == 1 else "disabled"
+    text = mokutil_text or ""
+    if re.search(r"^SecureBoot enabled\s*$", text, re.MULTILINE):
+        return "enabled"
+    if re.search(r"^SecureBoot disabled\s*$", text, re.MULTILINE) or re.search(
+        r"doesn't support Secure Boot", text
+    ):
+        return "disabled"
+    return "unknown"
+
+
+def _major_minor(version, what):
+    match = re.match(r"^\s*(\d+)\.(\d+)", str(version or ""))
+    if not match:
+        raise AnsibleFilterError(f"nvidia_cuda_mismatch: {what} {version!r} is not like '12.8'")
+    return int(match.group(1)), int(match.group(2))
+
+
+def nvidia_cuda_mismatch(driver_cuda_version, wheel_cuda_version):
+    """'' when a driver supporting CUDA driver_cuda_version runs a build for wheel_cuda_version.
+
+    Otherwise a sentence saying why not: a driver of an older CUDA major
+    cannot initialise a build of a newer major (CUDA 13 wheels on a 570-branch
+    driver); within one major, minor-version compatibility runs it.
+    """
+    driver = _major_minor(driver_cuda_version, "the driver's CUDA version")
+    wheel = _major_minor(wheel_cuda_version, "the build's CUDA version")
+    if driver[0] < wheel[0]:
+        return (
+            f"the driver supports CUDA {driver[0]}.{driver[1]}, the build needs CUDA "
+            f"{wheel[0]}.{wheel[1]}: CUDA cannot initialise; install a driver of a CUDA "
+            f"{wheel[0]}.x branch or a build for CUDA {driver[0]}.x"
+        )
+    return ""
+
+
 class FilterModule:
     def filters(self):
         return {
             "nvidia_default_flavour": nvidia_default_flavour,
             "nvidia_allowed_flavours": nvidia_allowed_flavours,
+            "nvidia_fabric_warnings": nvidia_fabric_warnings,
+            "nvidia_unexplained_memory": nvidia_unexplained_memory,
+            "nvidia_secure_boot_state": nvidia_secure_boot_state,
+            "nvidia_cuda_mismatch": nvidia_cuda_mismatch,
         }

@@ -1,20 +1,29 @@
 #!/usr/bin/python
-# Copyright 2026 vllm-fleet contributors
-# Apache License 2.0 (see galaxy.yml)
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
 
 from __future__ import annotations
 
 DOCUMENTATION = r"""
 ---
 module: gpu_facts
-short_description: Gather facts about NVIDIA GPUs, their driver and topology
+short_description: Gather facts about NVIDIA GPUs, their driver, device nodes and PCIe fabric
 version_added: "0.1.0"
 description:
-  - Reads what C(nvidia-smi) reports (C(--query-gpu ... --format=csv,noheader,nounits),
-    C(-q -x), C(topo -m), C(--query-compute-apps)), C(/proc/driver/nvidia/version)
-    and the PCI bus, and returns them as the fact C(gpu_facts).
-  - Read-only. Where C(nvidia-smi) is absent or cannot reach a driver, returns
-    facts with C(gpu_count=0), C(present=false) and a C(msg) saying why; it does not fail.
+  - Reads what C(nvidia-smi) reports (C(--query-gpu), C(-q -x), C(topo -m), C(topo -p2p r),
+    C(--query-compute-apps), the PCIe/ECC query), the loaded kernel module
+    (C(/proc/driver/nvidia/version) and C(/proc/driver/nvidia/gpus)), the PCI bus, the device
+    nodes, ACS on the PCIe bridges above each GPU (C(lspci -vvv) as root, else PCI config space
+    in sysfs), the IOMMU state (C(/proc/cmdline), C(/sys/kernel/iommu_groups)) and, when asked,
+    whether CUDA initialises (C(cuInit) and C(cuDeviceGetCount) through C(libcuda.so.1)).
+  - The loaded kernel module's flavour and version are read from its proc file on every path,
+    also where C(nvidia-smi) is absent (an LXC container before its userspace is installed).
+  - Where the driver is not loaded, or C(nvidia-smi) is absent, returns facts with
+    C(present=false) and a C(msg) saying why.
+  - A driver that is loaded while C(nvidia-smi) fails, or lists fewer GPUs than the PCI bus and
+    the driver hold, is a problem naming the missing bus ids; so are missing device nodes and a
+    failed CUDA initialisation. The module fails on problems unless O(fail_on_problems=false).
+  - Text in an unrecognised format always fails, saying which text and what was wanted.
 options:
   nvidia_smi_path:
     description:
@@ -22,24 +31,62 @@ options:
     type: path
   proc_version_path:
     description:
-      - File that names the loaded kernel module (open or proprietary).
+      - File that names the loaded kernel module (open or proprietary) and its version.
     type: path
     default: /proc/driver/nvidia/version
   sysfs_pci_path:
     description:
-      - Directory of PCI devices, read to count NVIDIA VGA (class 0300) and 3D
-        (class 0302) controllers, as C(lspci -d 10de:) would list them.
+      - Directory of PCI devices, read to list NVIDIA VGA (class 0300) and 3D (class 0302)
+        controllers, the bridges above each GPU and their ACS control (config space).
     type: path
     default: /sys/bus/pci/devices
+  dev_path:
+    description:
+      - Directory holding the C(nvidia*) device nodes.
+    type: path
+    default: /dev
+  gpu_bus_ids:
+    description:
+      - PCI bus ids of the GPUs this machine must see. Empty means every NVIDIA GPU on the PCI
+        bus and in C(/proc/driver/nvidia/gpus). Set it in an LXC container given a subset of
+        the host's GPUs.
+    type: list
+    elements: str
+    default: []
+  cuda_init:
+    description:
+      - Also check that CUDA initialises (C(cuInit) and C(cuDeviceGetCount) through
+        C(libcuda.so.1), in a child Python under a 120 s timeout).
+    type: bool
+    default: false
+  fabric:
+    description:
+      - Also read the PCIe fabric (links, ECC, ACS, IOMMU, P2P matrix) when C(nvidia-smi) answers.
+    type: bool
+    default: true
+  device_nodes:
+    description:
+      - Read the NVIDIA device nodes and count missing ones as problems (with the host-side fix).
+        Off in labs without a GPU.
+    type: bool
+    default: true
+  fail_on_problems:
+    description:
+      - Fail when RV(gpu_facts.problems) is not empty. Callers that mean to repair the driver
+        (the nvidia_driver role before installing) set it false and read the problems.
+    type: bool
+    default: true
   fixture_dir:
     description:
-      - B(Test seam.) A directory of captured outputs, one file per command
-        (C(nvidia-smi-query-gpu.csv), C(nvidia-smi-q.xml), C(nvidia-smi-topo-m.txt),
+      - B(Test seam.) A directory of captured outputs, one file per command or input, in the
+        layout of tests/fixtures/gpu/README.md (C(nvidia-smi-query-gpu.csv), C(nvidia-smi-q.xml),
+        C(nvidia-smi-topo-m.txt), C(nvidia-smi-topo-p2p-r.txt), C(nvidia-smi-query-fabric.csv),
         C(nvidia-smi-query-compute-apps.csv), C(proc-driver-nvidia-version.txt),
-        C(modinfo-license.txt), C(lspci-n.txt)). When set, nothing is run on the
-        host; the same parsers read these files instead. Missing files count as
-        commands that could not run; a missing C(nvidia-smi-query-gpu.csv) means
-        C(nvidia-smi) is absent.
+        C(proc-driver-nvidia-gpus.txt), C(lspci-n.txt), C(lspci-vvv.txt), C(sysfs-pci-paths.txt),
+        C(proc-cmdline.txt), C(sysfs-iommu.txt), C(dev-nvidia.txt), C(cuda-init.json), ...;
+        a C(<file>.rc) beside an nvidia-smi capture holds its exit status). When set, nothing is
+        run or read on the host; the same parsers read these files instead. A missing
+        C(nvidia-smi-query-gpu.csv) means C(nvidia-smi) is absent.
       - Meant for labs and CI without a GPU; never set it in production.
     type: path
 author:
@@ -56,25 +103,27 @@ attributes:
 """
 
 EXAMPLES = r"""
-- name: Gather GPU facts
+- name: Gather GPU facts (fails naming bus ids when a GPU is lost)
   vllm_fleet.fleet.gpu_facts:
 
-- name: Refuse to go on unless 8 Blackwell GPUs answer
-  ansible.builtin.assert:
-    that:
-      - gpu_facts.gpu_count == 8
-      - gpu_facts.gpus | map(attribute='compute_capability') | unique == ['12.0']
-    fail_msg: "Wanted 8 GPUs of compute capability 12.0, found {{ gpu_facts.gpus | map(attribute='compute_capability') }}"
+- name: Gather GPU facts and check that CUDA initialises (device nodes, nvidia-uvm)
+  vllm_fleet.fleet.gpu_facts:
+    cuda_init: true
+
+- name: Gather GPU facts before repairing the driver; read the problems instead of failing
+  vllm_fleet.fleet.gpu_facts:
+    fail_on_problems: false
+  register: gpu
 
 - name: Gather GPU facts from captured outputs (test seam, lab without a GPU)
   vllm_fleet.fleet.gpu_facts:
-    fixture_dir: "{{ playbook_dir }}/fixtures/gpu/h200x2-nvlink"
+    fixture_dir: "{{ playbook_dir }}/fixtures/gpu/h200x2-nvlink-p2p"
 """
 
 RETURN = r"""
 gpu_facts:
   description: What was found; also set as the fact C(gpu_facts).
-  returned: always
+  returned: always (also in a failure caused by problems)
   type: dict
   contains:
     present:
@@ -85,16 +134,43 @@ gpu_facts:
       description: What was found, or why nothing was.
       type: str
       sample: "2 NVIDIA GPU(s) found"
+    problems:
+      description: >-
+        What stops GPUs from serving, each with the fix: a loaded driver with nvidia-smi failing,
+        lost GPUs (bus ids), driver/userspace version skew, missing device nodes, CUDA that
+        cannot initialise.
+      type: list
+      elements: str
+      sample: ["nvidia-smi lists 7 GPU(s) but 8 NVIDIA GPU(s) are on the PCI bus and in the driver; it cannot open 0000:5d:00.0 (Unknown Error); ..."]
     gpu_count:
       description: Number of GPUs nvidia-smi lists (0 when absent).
       type: int
       sample: 2
+    driver_loaded:
+      description: Whether the NVIDIA kernel module is loaded (its proc file was read).
+      type: bool
     pci_gpu_count:
       description: NVIDIA VGA/3D controllers on the PCI bus (null when not readable).
       type: int
       sample: 2
+    pci_gpu_slots:
+      description: Their bus ids, normalised (C(0000:18:00.0)).
+      type: list
+      elements: str
+    driver_gpu_slots:
+      description: Bus ids of the GPUs the kernel module drives (/proc/driver/nvidia/gpus); null when not readable.
+      type: list
+      elements: str
+    expected_gpu_slots:
+      description: Bus ids this machine must see (O(gpu_bus_ids), else the PCI bus and the driver's list).
+      type: list
+      elements: str
+    lost_gpus:
+      description: GPUs nvidia-smi named but could not open (C(bus_id), C(error)).
+      type: list
+      elements: dict
     driver_version:
-      description: Driver version.
+      description: Driver version nvidia-smi reports.
       type: str
       sample: "580.159.04"
     cuda_version:
@@ -102,7 +178,9 @@ gpu_facts:
       type: str
       sample: "13.0"
     kernel_module:
-      description: Loaded kernel module flavour (C(open), C(proprietary) or C(unknown)), its version and where that was read (C(proc) or C(modinfo)).
+      description: >-
+        Loaded kernel module flavour (C(open), C(proprietary) or C(unknown)), its version and
+        where that was read (C(proc) or C(modinfo)).
       type: dict
       sample: {"flavour": "open", "version": "580.159.04", "source": "proc"}
     gpus:
@@ -120,6 +198,7 @@ gpu_facts:
         compute_capability: {description: Compute capability, major.minor, type: str, sample: "12.0"}
         persistence_mode: {description: Persistence mode on, type: bool}
         architecture: {description: Architecture name from nvidia-smi -q -x, type: str, sample: "Hopper"}
+        minor_number: {description: Device minor (/dev/nvidiaN), type: int, sample: 0}
     topology:
       description: >-
         nvidia-smi topo -m as data. C(matrix) maps device to device to link code
@@ -129,7 +208,7 @@ gpu_facts:
       type: dict
       sample: {"interconnect": "nvlink", "worst_link": "NV18", "gpu_pairs": {"GPU0-GPU1": "NV18"}}
     processes:
-      description: Processes holding GPU memory.
+      description: Processes holding GPU memory that nvidia-smi can see (none of other PID namespaces).
       type: list
       elements: dict
       contains:
@@ -137,25 +216,43 @@ gpu_facts:
         used_memory_bytes: {description: GPU memory held, in bytes, type: int}
         gpu_uuid: {description: UUID of the GPU, type: str}
         gpu_index: {description: Index of the GPU, type: int}
+    device_nodes:
+      description: NVIDIA character devices found, path to C(major:minor); null when not read.
+      type: dict
+      sample: {"/dev/nvidiactl": "195:255", "/dev/nvidia0": "195:0", "/dev/nvidia-uvm": "238:0"}
+    cuda:
+      description: >-
+        The CUDA initialisation check (O(cuda_init)): C(checked), C(library_loaded),
+        C(initialised), C(device_count), C(driver_cuda_version), C(error).
+      type: dict
+      sample: {"checked": true, "initialised": true, "device_count": 2, "driver_cuda_version": "13.0"}
+    container:
+      description: The container kind when this machine is one (C(lxc), C(docker)), else null.
+      type: str
+    fabric:
+      description: >-
+        The PCIe fabric (null when nvidia-smi does not answer or O(fabric=false)): C(gpus) per
+        index with C(pcie) (C(gen_current), C(gen_max), C(width_current), C(width_max),
+        C(pstate), C(status) ok/idle/degraded/unknown, C(why)), C(ecc_mode),
+        C(ecc_uncorrected_volatile), C(retired_pages_pending), C(remapped_rows_pending),
+        C(remapped_rows_failure), C(bridges) above the GPU (C(bus_id), C(acs) control bits,
+        C(readable)), C(iommu_group), C(iommu_type); C(p2p_read) (C(matrix) of
+        OK/CNS/GNS/TNS/NS/DR/U, C(not_ok)); C(iommu) (C(groups), C(cmdline), C(mode)
+        off/passthrough/translated/unknown); C(acs_source) (lspci, sysfs or null);
+        C(warnings) (degraded links, ECC errors, remapping), each with its fix.
+      type: dict
 """
 
 import os
+import sys
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_facts import (
-    GpuFactsError,
-    collect,
-    collect_from_fixture,
-    read_sysfs_pci,
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_facts import GpuFactsError
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_host import (
+    FixtureHost,
+    LiveHost,
+    gather,
 )
-
-
-def _read(path):
-    try:
-        with open(path) as handle:
-            return handle.read()
-    except OSError:
-        return None
 
 
 def main():
@@ -164,37 +261,56 @@ def main():
             "nvidia_smi_path": {"type": "path"},
             "proc_version_path": {"type": "path", "default": "/proc/driver/nvidia/version"},
             "sysfs_pci_path": {"type": "path", "default": "/sys/bus/pci/devices"},
+            "dev_path": {"type": "path", "default": "/dev"},
+            "gpu_bus_ids": {"type": "list", "elements": "str", "default": []},
+            "cuda_init": {"type": "bool", "default": False},
+            "fabric": {"type": "bool", "default": True},
+            "device_nodes": {"type": "bool", "default": True},
+            "fail_on_problems": {"type": "bool", "default": True},
             "fixture_dir": {"type": "path"},
         },
         supports_check_mode=True,
     )
-    params = module.params
-    try:
-        if params["fixture_dir"]:
-            if not os.path.isdir(params["fixture_dir"]):
-                module.fail_json(
-                    msg=f"fixture_dir: wanted a directory of captures, found none at {params['fixture_dir']}"
-                )
-            facts = collect_from_fixture(params["fixture_dir"])
-        else:
-            smi = params["nvidia_smi_path"] or module.get_bin_path("nvidia-smi")
-            if smi and not os.access(smi, os.X_OK):
-                smi = None
-            modinfo = module.get_bin_path("modinfo")
-            license_text = None
-            proc_text = _read(params["proc_version_path"])
-            if not proc_text and modinfo:
-                rc, out, _err = module.run_command([modinfo, "-F", "license", "nvidia"])
-                license_text = out if rc == 0 else None
-            facts = collect(
-                module.run_command,
-                nvidia_smi=smi,
-                proc_version_text=proc_text,
-                modinfo_license=license_text,
-                lspci_text=read_sysfs_pci(params["sysfs_pci_path"]),
+    p = module.params
+    if p["fixture_dir"]:
+        if not os.path.isdir(p["fixture_dir"]):
+            module.fail_json(
+                msg=f"fixture_dir: wanted a directory of captures, found none at {p['fixture_dir']}"
             )
+        host = FixtureHost(p["fixture_dir"])
+    else:
+        smi = p["nvidia_smi_path"] or module.get_bin_path("nvidia-smi")
+        if smi and not os.access(smi, os.X_OK):
+            smi = None
+        host = LiveHost(
+            module.run_command,
+            smi,
+            paths={
+                "proc_version": p["proc_version_path"],
+                "sysfs_pci": p["sysfs_pci_path"],
+                "dev": p["dev_path"],
+            },
+            python=sys.executable,
+            lspci=module.get_bin_path("lspci"),
+            timeout_bin=module.get_bin_path("timeout"),
+            modinfo=module.get_bin_path("modinfo"),
+            cuda_init=p["cuda_init"],
+        )
+    try:
+        facts = gather(
+            host,
+            expected_bus_ids=p["gpu_bus_ids"],
+            fabric=p["fabric"],
+            device_nodes=p["device_nodes"],
+        )
     except GpuFactsError as exc:
         module.fail_json(msg=f"Could not read GPU facts: {exc}")
+    if facts["problems"] and p["fail_on_problems"]:
+        module.fail_json(
+            msg="GPU problems: " + " | ".join(facts["problems"]),
+            gpu_facts=facts,
+            rc=facts.get("nvidia_smi_rc"),
+        )
     module.exit_json(changed=False, gpu_facts=facts, ansible_facts={"gpu_facts": facts})
 
 

@@ -2,9 +2,14 @@
 # Build a signed, flat apt repository of FAKE packages named like NVIDIA's
 # (cuda-keyring, nvidia-open, cuda-drivers, nvidia-kernel-open-dkms, ...) for
 # the nvidia_driver Molecule scenarios. No driver is inside: each package holds
-# a marker file; nvidia-persistenced holds a stand-in daemon and unit.
+# a marker file; nvidia-persistenced holds a stand-in daemon and unit;
+# nvidia-driver-cuda holds a stand-in nvidia-smi of its own version, which
+# answers from the captures in /opt/gpu-fixture only when the "loaded kernel
+# module" (/opt/gpu-fixture/proc-driver-nvidia-version.txt) is that version, and
+# otherwise fails as the real one does (version mismatch, no driver).
 # Usage: build-fake-cuda-repo.sh OUT_DIR [REPO_URL_IN_TARGET]
-# Writes OUT_DIR/debian12/x86_64/{*.deb,Packages,Release,InRelease}.
+# Writes OUT_DIR/debian12/x86_64/{*.deb,Packages,Release,InRelease} and
+# OUT_DIR/keyring.sha256 (the cuda-keyring .deb's sha256, for the role's pin).
 set -euo pipefail
 out=$1
 url=${2:-file:/srv/fake-cuda/debian12/x86_64/}
@@ -68,17 +73,52 @@ WantedBy=multi-user.target
 UNIT
 }
 
+nvidia_smi_files() {
+  local upstream=${2%-*}
+  mkdir -p "$1/usr/bin"
+  cat > "$1/usr/bin/nvidia-smi" <<SH
+#!/bin/sh
+# FAKE nvidia-smi of userspace $upstream (vllm-fleet tests, no driver inside).
+ver=$upstream
+fx=/opt/gpu-fixture
+loaded=\$(awk '/Kernel Module/ { for (i = 1; i <= NF; i++) if (\$i ~ /^[0-9]+\.[0-9]+(\.[0-9]+)?\$/) { print \$i; exit } }' "\$fx/proc-driver-nvidia-version.txt" 2>/dev/null)
+if [ -z "\$loaded" ]; then
+  echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running."
+  exit 9
+fi
+if [ "\$loaded" != "\$ver" ]; then
+  echo "Failed to initialize NVML: Driver/library version mismatch"
+  echo "NVML library version: \${ver%.*}"
+  exit 18
+fi
+case "\$*" in
+  "--query-gpu=index,pci.bus_id,pcie"*) f=nvidia-smi-query-fabric.csv ;;
+  "--query-gpu="*) f=nvidia-smi-query-gpu.csv ;;
+  "-q -x") f=nvidia-smi-q.xml ;;
+  "topo -m") f=nvidia-smi-topo-m.txt ;;
+  "topo -p2p r") f=nvidia-smi-topo-p2p-r.txt ;;
+  "--query-compute-apps="*) f=nvidia-smi-query-compute-apps.csv ;;
+  *) echo "FAKE nvidia-smi: no capture for: \$*" >&2; exit 2 ;;
+esac
+[ -f "\$fx/\$f" ] || { echo "FAKE nvidia-smi: no \$fx/\$f" >&2; exit 2; }
+exec cat "\$fx/\$f"
+SH
+  chmod 755 "$1/usr/bin/nvidia-smi"
+}
+
 pkg cuda-keyring 1.1-1 all "" keyring_files
 for v in 575.57.08-1 580.95.05-1 590.44.01-1; do
   pkg nvidia-kernel-open-dkms "$v" amd64 ""
   pkg nvidia-kernel-dkms "$v" amd64 ""
   pkg libcuda1 "$v" amd64 ""
   pkg libnvidia-ml1 "$v" amd64 ""
-  pkg nvidia-driver-cuda "$v" amd64 "libcuda1 (= $v), libnvidia-ml1 (= $v)"
+  pkg nvidia-driver-cuda "$v" amd64 "libcuda1 (= $v), libnvidia-ml1 (= $v)" nvidia_smi_files
   pkg nvidia-persistenced "$v" amd64 "" persistenced_files
   pkg nvidia-open "$v" amd64 "nvidia-kernel-open-dkms (= $v), nvidia-driver-cuda (= $v), nvidia-persistenced (= $v)"
   pkg cuda-drivers "$v" amd64 "nvidia-kernel-dkms (= $v), nvidia-driver-cuda (= $v), nvidia-persistenced (= $v)"
 done
+
+sha256sum "$repo/cuda-keyring_1.1-1_all.deb" | cut -d' ' -f1 > "$out/keyring.sha256"
 
 cd "$repo"
 dpkg-scanpackages --multiversion . /dev/null 2>/dev/null > Packages

@@ -1,8 +1,12 @@
-# Copyright 2026 vllm-fleet contributors
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
 """gpu_facts parsers on the real 2x H200 capture and on hand-made edge cases."""
 
 import pytest
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import gpu_facts as gf
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_host import (
+    collect_from_fixture,
+)
 from repo_paths import FIXTURES
 
 H200 = FIXTURES / "gpu" / "h200x2-nvlink"
@@ -70,7 +74,7 @@ def test_h200_open_flavour_real_capture():
 
 
 def test_h200_collect_from_real_capture():
-    facts = gf.collect_from_fixture(str(H200))
+    facts = collect_from_fixture(str(H200))
     assert facts["present"] is True
     assert facts["gpu_count"] == 2
     assert facts["driver_version"] == "580.159.04"
@@ -84,6 +88,7 @@ def test_h200_collect_from_real_capture():
     assert facts["topology"]["gpu_pairs"]["GPU0-GPU1"] == "NV18"
     assert facts["processes"] == []  # no compute-apps capture: falls back to the XML, empty
     assert facts["pci_gpu_count"] is None  # no lspci capture
+    assert facts["problems"] == []
 
 
 # --- the synthetic 8x PCIe fixture (hand-written, labelled as such) ---
@@ -101,7 +106,7 @@ def test_synthetic_pcie_topology_is_pcie_and_worst_is_sys():
 
 
 def test_synthetic_collect_processes_and_pci_count():
-    facts = gf.collect_from_fixture(str(SYNTH))
+    facts = collect_from_fixture(str(SYNTH))
     assert facts["gpu_count"] == 8
     assert facts["pci_gpu_count"] == 8  # the 0403 audio function is not counted
     assert {g["compute_capability"] for g in facts["gpus"]} == {"12.0"}
@@ -183,7 +188,7 @@ def test_mib_parsing_rejects_other_units():
 
 
 def test_query_gpu_wrong_field_count_raises():
-    with pytest.raises(gf.GpuFactsError, match="expected 10"):
+    with pytest.raises(gf.GpuFactsError, match=r"unrecognised line .* expected 10"):
         gf.parse_query_gpu("0, NVIDIA H200\n")
 
 
@@ -261,5 +266,6 @@ def test_sysfs_pci_rendering(tmp_path):
         (d / "class").write_text(klass + "\n")
         (d / "device").write_text(device + "\n")
     text = gf.read_sysfs_pci(str(tmp_path))
+    assert text.splitlines()[1] == "0000:00:06.0 0x030200 0x10de:0x2335"
     assert gf.parse_lspci_n(text) == ["0000:00:06.0"]
     assert gf.read_sysfs_pci(str(tmp_path / "missing")) is None

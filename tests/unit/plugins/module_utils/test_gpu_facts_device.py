@@ -1,10 +1,14 @@
-# Copyright 2026 vllm-fleet contributors
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
 """The real run on the lent H200 device (2026-11-29): what Ansible printed there
 equals what the parsers make here of the raw outputs captured in the same run."""
 
 import json
 
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import gpu_facts as gf
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_host import (
+    collect_from_fixture,
+)
 from repo_paths import FIXTURES
 
 DEV = FIXTURES / "gpu" / "h200-device-2026-11-29"
@@ -47,10 +51,13 @@ def test_device_run_values():
 
 
 def test_parsers_here_reproduce_the_device_result():
-    here = gf.collect_from_fixture(str(DEV))
+    here = collect_from_fixture(str(DEV))
     there = _device_facts()
-    for key in ("gpu_count", "gpus", "driver_version", "cuda_version", "kernel_module", "topology"):
+    for key in ("gpu_count", "driver_version", "cuda_version", "kernel_module", "topology"):
         assert here[key] == there[key], key
+    # The device run predates minor_number (read from the XML since): the rest is equal.
+    assert [g.pop("minor_number") for g in here["gpus"]] == [0]
+    assert here["gpus"] == there["gpus"]
     assert here["processes"] == there["processes"]
 
 
@@ -66,6 +73,28 @@ def test_device_sysfs_capture_counts_one_nvidia_gpu(tmp_path):
         (d / "device").write_text(device + "\n")
     assert len(list(tmp_path.iterdir())) == 7
     assert gf.parse_lspci_n(gf.read_sysfs_pci(str(tmp_path))) == ["0000:00:06.0"]
+
+
+def test_device_sysfs_capture_is_a_pci_listing_the_parser_reads():
+    # The capture's own layout (issue 10, case 5: it used to count as 0 GPUs silently).
+    assert gf.parse_lspci_n((DEV / "sysfs-pci.txt").read_text()) == ["0000:00:06.0"]
+
+
+def test_proc_file_alone_names_the_loaded_module(tmp_path):
+    # Issue 10, case 1: a container before its userspace is installed has only the
+    # host's /proc/driver/nvidia/version (this one is the device's, real).
+    (tmp_path / "proc-driver-nvidia-version.txt").write_text(
+        (DEV / "proc-driver-nvidia-version.txt").read_text()
+    )
+    facts = collect_from_fixture(str(tmp_path))
+    assert facts["present"] is False
+    assert facts["driver_loaded"] is True
+    assert facts["kernel_module"] == {"flavour": "open", "version": "580.159.04", "source": "proc"}
+    assert facts["problems"] == []
+    assert facts["msg"] == (
+        "nvidia-smi not found: no NVIDIA driver userspace installed (the kernel module open "
+        "580.159.04 is loaded: install the userspace of exactly that version)"
+    )
 
 
 def test_compute_apps_after_the_holder_exited_is_empty():

@@ -1,0 +1,428 @@
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
+"""The host as it really is (issue 10): proc files with and without timestamps, lost
+GPUs, driver/userspace skew, device nodes, CUDA initialisation, memory held by
+processes nvidia-smi cannot see. Inputs are real captures (tests/fixtures/gpu/*/
+SOURCE.md, public/SOURCE.md); the few synthetic ones say so."""
+
+import json
+
+import pytest
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils import gpu_facts as gf
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_host import (
+    collect_from_fixture,
+)
+from repo_paths import FIXTURES
+
+GPU = FIXTURES / "gpu"
+P2P = GPU / "h200x2-nvlink-p2p"
+SYNTH = GPU / "synthetic-rtxpro6000x8-pcie"
+PUBLIC = GPU / "public"
+GIB = 1024**3
+MIB = 1024**2
+
+
+def _read(path):
+    return path.read_text()
+
+
+def _copy(src, dst, skip=()):
+    for item in src.iterdir():
+        if item.name not in skip:
+            (dst / item.name).write_text(item.read_text())
+    return dst
+
+
+# --- case 1/5: the kernel module's banner, on every path, in every layout ---
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("dmesg-open-ogkm421.txt", ("open", "525.60.11", "proc")),
+        ("syslog-proprietary-bumblebee663.txt", ("proprietary", "346.47", "proc")),
+        ("dmesg-proprietary-x86-openelec331.txt", ("proprietary", "280.13", "proc")),
+    ],
+)
+def test_banner_from_kernel_log_lines_with_timestamps(name, expected):
+    assert gf.kernel_module_flavour(_read(PUBLIC / name)) == expected
+
+
+def test_banner_from_the_real_proc_files():
+    assert gf.kernel_module_flavour(_read(P2P / "proc-driver-nvidia-version.txt")) == (
+        "open",
+        "580.159.04",
+        "proc",
+    )
+    assert gf.kernel_module_flavour(_read(SYNTH / "proc-driver-nvidia-version.txt")) == (
+        "open",
+        "580.95.05",
+        "proc",
+    )
+
+
+def test_banner_in_an_unrecognised_format_is_an_error_that_says_so():
+    with pytest.raises(gf.GpuFactsError, match=r"unrecognised format.*'NVIDIA driver ready'"):
+        gf.kernel_module_flavour("NVIDIA driver ready\n")
+
+
+def test_pci_listing_formats_and_what_is_refused(tmp_path):
+    # lspci -n (synthetic fixture), lspci -nn (line from club-3090#688), sysfs layout (real).
+    assert len(gf.parse_lspci_n(_read(SYNTH / "lspci-n.txt"))) == 8
+    nn = (
+        "01:00.0 VGA compatible controller [0300]: NVIDIA Corporation GA102 [GeForce RTX 3090] "
+        "[10de:2204] (rev a1)\n"
+    )
+    assert gf.parse_lspci_n(nn) == ["0000:01:00.0"]
+    # The shared capture's bare slot list cannot tell GPUs from other devices.
+    with pytest.raises(gf.GpuFactsError, match="unrecognised line in the PCI device listing"):
+        gf.parse_lspci_n(_read(P2P / "sysfs-pci-slots.txt"))
+    # An lspci -vvv dump where `lspci -n` is expected: named as such.
+    with pytest.raises(gf.GpuFactsError, match="looks like `lspci -vvv` output"):
+        gf.parse_lspci_n(_read(PUBLIC / "lspci-vvv-pex890xx-nonroot.txt"))
+    # Through the seam the same error reaches the caller.
+    _copy(P2P, tmp_path)
+    (tmp_path / "lspci-n.txt").write_text(_read(PUBLIC / "lspci-vvv-amd-gpp-acs-redirect.txt"))
+    with pytest.raises(gf.GpuFactsError, match="lspci -vvv"):
+        collect_from_fixture(str(tmp_path))
+
+
+# --- case 4: a loaded driver and a lost GPU is a hard failure naming the bus id ---
+
+
+def _synth_proc():
+    return _read(SYNTH / "proc-driver-nvidia-version.txt")
+
+
+def test_nvidia_smi_failing_with_a_lost_gpu_names_it_and_never_falls_back():
+    lost_line = _read(PUBLIC / "nvidia-smi-lost-gpu-nvct69.txt")  # GPU0000:65:00.0
+
+    def run(argv):
+        return 15, lost_line, ""
+
+    pci = "0000:65:00.0 0302: 10de:2bb5 (rev a1)\n0000:66:00.0 0302: 10de:2bb5 (rev a1)\n"
+    facts = gf.collect(
+        run, nvidia_smi="nvidia-smi", proc_version_text=_synth_proc(), lspci_text=pci
+    )
+    assert facts["present"] is False
+    assert facts["driver_loaded"] is True
+    assert facts["lost_gpus"] == [{"bus_id": "0000:65:00.0", "error": "Unknown Error"}]
+    (problem,) = facts["problems"]
+    assert problem.startswith(
+        "the NVIDIA kernel module 580.95.05 is loaded but nvidia-smi failed (rc=15): "
+    )
+    assert "GPUs nvidia-smi cannot open: 0000:65:00.0 (Unknown Error)" in problem
+    assert "NVIDIA GPUs on the PCI bus that nvidia-smi does not list: 0000:66:00.0" in problem
+
+
+def test_exit_zero_with_a_lost_gpu_line_among_the_rows_names_the_gpu():
+    # Synthetic 8x rows with GPU 3's row replaced by the real error line of
+    # open-gpu-kernel-modules#387 moved to its bus id: no field-count error.
+    rows = [
+        ln for ln in _read(SYNTH / "nvidia-smi-query-gpu.csv").splitlines() if "5d:00.0" not in ln
+    ]
+    rows.append("Unable to determine the device handle for GPU 0000:5D:00.0: Unknown Error")
+    text = "\n".join(rows) + "\n"
+
+    def run(argv):
+        if argv[1].startswith("--query-gpu="):
+            return 0, text, ""
+        return 1, "", "not captured"
+
+    facts = gf.collect(
+        run,
+        nvidia_smi="nvidia-smi",
+        proc_version_text=_synth_proc(),
+        lspci_text=_read(SYNTH / "lspci-n.txt"),
+    )
+    assert facts["gpu_count"] == 7
+    assert facts["lost_gpus"] == [{"bus_id": "0000:5d:00.0", "error": "Unknown Error"}]
+    (problem,) = facts["problems"]
+    assert problem.startswith(
+        "nvidia-smi lists 7 GPU(s) but 8 NVIDIA GPU(s) are on the PCI bus and in the driver; "
+        "it cannot open 0000:5d:00.0 (Unknown Error)"
+    )
+
+
+def test_fewer_gpus_than_the_pci_bus_without_an_error_line(tmp_path):
+    _copy(SYNTH, tmp_path)
+    rows = [
+        ln for ln in _read(SYNTH / "nvidia-smi-query-gpu.csv").splitlines() if "db:00.0" not in ln
+    ]
+    (tmp_path / "nvidia-smi-query-gpu.csv").write_text("\n".join(rows) + "\n")
+    facts = collect_from_fixture(str(tmp_path))
+    assert facts["gpu_count"] == 7
+    assert facts["expected_gpu_slots"][-1] == "0000:db:00.0"
+    (problem,) = facts["problems"]
+    assert "missing: 0000:db:00.0" in problem
+    # An LXC container given GPUs 0-6 only says so, and then nothing is missing.
+    given = [f"0000:{s}:00.0" for s in ("18", "2a", "3a", "5d", "9a", "ab", "ba")]
+    assert collect_from_fixture(str(tmp_path), expected_bus_ids=given)["problems"] == []
+
+
+def test_blackwell_on_the_proprietary_module_says_no_devices_and_names_every_gpu():
+    def run(argv):
+        return 6, "No devices were found\n", ""
+
+    facts = gf.collect(
+        run,
+        nvidia_smi="nvidia-smi",
+        proc_version_text=(
+            "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.95.05  Release Build\n"
+        ),
+        lspci_text=_read(SYNTH / "lspci-n.txt"),
+    )
+    (problem,) = facts["problems"]
+    assert "nvidia-smi failed (rc=6): No devices were found" in problem
+    assert problem.endswith(
+        "0000:18:00.0, 0000:2a:00.0, 0000:3a:00.0, 0000:5d:00.0, 0000:9a:00.0, 0000:ab:00.0, "
+        "0000:ba:00.0, 0000:db:00.0"
+    )
+    assert facts["kernel_module"]["flavour"] == "proprietary"
+
+
+def test_no_driver_loaded_and_nvidia_smi_failing_is_not_a_problem_yet():
+    # A host before its first reboot into the driver: facts say so, nothing to repair here.
+    def run(argv):
+        return (
+            9,
+            "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.",
+            "",
+        )
+
+    facts = gf.collect(run, nvidia_smi="nvidia-smi", lspci_text=_read(SYNTH / "lspci-n.txt"))
+    assert facts["problems"] == []
+    assert facts["driver_loaded"] is False
+    assert facts["pci_gpu_count"] == 8
+
+
+# --- case 2: userspace of another version than the module ---
+
+
+def test_userspace_module_mismatch_names_both_versions_and_the_fix():
+    def run(argv):
+        return 18, _read(PUBLIC / "nvidia-smi-mismatch-tinygrad47.txt"), ""
+
+    facts = gf.collect(
+        run,
+        nvidia_smi="nvidia-smi",
+        proc_version_text=_synth_proc(),
+        lspci_text=_read(SYNTH / "lspci-n.txt"),
+    )
+    (problem,) = facts["problems"]
+    assert (
+        "The userspace driver (NVML 570.124) does not match the kernel module 580.95.05" in problem
+    )
+    assert "install the userspace of exactly 580.95.05" in problem
+    assert "nvidia-smi reaches none of the NVIDIA GPUs on the PCI bus: 0000:18:00.0, " in problem
+    assert facts["nvidia_smi_rc"] == 18
+
+
+def test_nvidia_smi_reporting_another_driver_than_the_module_is_a_problem(tmp_path):
+    _copy(SYNTH, tmp_path)
+    (tmp_path / "proc-driver-nvidia-version.txt").write_text(
+        _synth_proc().replace("580.95.05", "580.82.07")
+    )
+    facts = collect_from_fixture(str(tmp_path))
+    assert facts["problems"] == [
+        (
+            "nvidia-smi reports driver 580.95.05 but the loaded kernel module is 580.82.07: "
+            "install the userspace of exactly 580.82.07"
+        )
+    ]
+
+
+# --- case 3: device nodes, nvidia-uvm, CUDA initialisation ---
+
+
+def test_real_device_nodes_and_minors():
+    nodes = gf.parse_device_nodes(_read(P2P / "dev-nvidia.txt"))
+    assert nodes["/dev/nvidia0"] == "195:0"
+    assert nodes["/dev/nvidiactl"] == "195:255"
+    assert nodes["/dev/nvidia-uvm"] == "238:0"
+    assert nodes["/dev/nvidia-uvm-tools"] == "238:1"
+    assert nodes["/dev/nvidia-caps/nvidia-cap2"] == "241:2"
+    facts = collect_from_fixture(str(P2P))
+    assert gf.gpu_minors(facts) == {0: 0, 1: 1}
+    assert facts["problems"] == []
+
+
+def test_container_without_nvidia_uvm_names_the_lxc_and_host_fix(tmp_path):
+    _copy(P2P, tmp_path)
+    lines = [ln for ln in _read(P2P / "dev-nvidia.txt").splitlines() if "uvm" not in ln]
+    (tmp_path / "dev-nvidia.txt").write_text("\n".join(lines) + "\n")
+    (tmp_path / "container.txt").write_text("lxc\n")
+    facts = collect_from_fixture(str(tmp_path))
+    assert facts["container"] == "lxc"
+    (problem,) = facts["problems"]
+    assert problem.startswith(
+        "device nodes missing: /dev/nvidia-uvm, /dev/nvidia-uvm-tools (CUDA cannot initialise "
+        "without nvidia-uvm); fix on the host, load nvidia-uvm"
+    )
+    assert "lxc.cgroup2.devices.allow: c 195:* rwm" in problem
+    assert "lxc.mount.entry: /dev/<node> dev/<node> none bind,optional,create=file" in problem
+    # On a host (no container) and no CUDA check, missing uvm nodes are normal until first use.
+    (tmp_path / "container.txt").unlink()
+    assert collect_from_fixture(str(tmp_path))["problems"] == []
+
+
+def test_missing_gpu_node_and_failed_cuda_init(tmp_path):
+    _copy(P2P, tmp_path)
+    lines = [ln for ln in _read(P2P / "dev-nvidia.txt").splitlines() if "/dev/nvidia1" not in ln]
+    (tmp_path / "dev-nvidia.txt").write_text("\n".join(lines) + "\n")
+    (tmp_path / "cuda-init.json").write_text(
+        json.dumps(
+            {
+                "loaded": True,
+                "driver_cuda_version": 13000,
+                "init_rc": 100,
+                "init_error": "CUDA_ERROR_NO_DEVICE",
+                "driver_version_rc": 0,
+            }
+        )
+        + "\n"
+    )
+    facts = collect_from_fixture(str(tmp_path))
+    assert facts["cuda"]["initialised"] is False
+    assert facts["cuda"]["error"] == "cuInit failed: CUDA_ERROR_NO_DEVICE (100)"
+    assert facts["cuda"]["driver_cuda_version"] == "13.0"
+    assert facts["problems"][0] == (
+        "device nodes missing: /dev/nvidia1; fix on the host: `nvidia-modprobe -c=<minor>` for "
+        "each GPU"
+    )
+    assert (
+        facts["problems"][1] == "CUDA cannot initialise: cuInit failed: CUDA_ERROR_NO_DEVICE (100)"
+    )
+
+
+def test_cuda_init_results():
+    ok = gf.parse_cuda_init(
+        '{"library": "libcuda.so.1", "loaded": true, "driver_version_rc": 0, '
+        '"driver_cuda_version": 13000, "init_rc": 0, "init_error": "CUDA_SUCCESS", '
+        '"count_rc": 0, "device_count": 2}\n'
+    )
+    assert ok == {
+        "checked": True,
+        "library_loaded": True,
+        "initialised": True,
+        "device_count": 2,
+        "driver_cuda_version": "13.0",
+        "error": None,
+    }
+    missing = gf.parse_cuda_init(
+        '{"library": "libcuda.so.1", "loaded": false, "error": "libcuda.so.1: cannot open '
+        'shared object file: No such file or directory"}'
+    )
+    assert missing["initialised"] is False
+    assert missing["error"].startswith("cannot load libcuda.so.1: libcuda.so.1: cannot open")
+    with pytest.raises(gf.GpuFactsError, match="no JSON line"):
+        gf.parse_cuda_init("Segmentation fault\n")
+
+
+def test_cuda_seeing_fewer_devices_than_nvidia_smi(tmp_path):
+    _copy(P2P, tmp_path)
+    (tmp_path / "cuda-init.json").write_text(
+        '{"loaded": true, "driver_cuda_version": 13000, "init_rc": 0, "count_rc": 0, '
+        '"device_count": 1}\n'
+    )
+    assert collect_from_fixture(str(tmp_path))["problems"] == [
+        (
+            "CUDA sees 1 device(s), nvidia-smi lists 2: CUDA_VISIBLE_DEVICES or the cgroup "
+            "device rules hide some"
+        )
+    ]
+
+
+# --- case 3: memory in use that no visible process explains (the LXC case) ---
+
+
+def _lxc_facts(used_mib_gpu3):
+    # Synthetic 8x facts as an LXC container sees them: no process listed at all.
+    text = _read(SYNTH / "nvidia-smi-query-gpu.csv").replace(
+        "5d:00.0, 97887, 1024, 96268", f"5d:00.0, 97887, {used_mib_gpu3}, {97887 - used_mib_gpu3}"
+    )
+
+    def run(argv):
+        if argv[1].startswith("--query-gpu="):
+            return 0, text, ""
+        if argv[1].startswith("--query-compute-apps="):
+            return 0, "", ""
+        return 1, "", ""
+
+    return gf.collect(run, nvidia_smi="nvidia-smi")
+
+
+def test_forty_gib_held_on_gpu3_by_nobody_visible_is_found():
+    facts = _lxc_facts(40960)
+    assert facts["processes"] == []
+    (finding,) = gf.unexplained_memory(facts, list(range(8)), GIB)
+    assert finding["gpu_index"] == 3
+    assert finding["unexplained_bytes"] == 40 * GIB
+    assert finding["msg"].startswith(
+        "GPU 3 (00000000:5d:00.0) has 42949672960 bytes (40.0 GiB) in use that no visible process "
+        "holds"
+    )
+    assert gf.unexplained_memory(facts, [4, 5, 6, 7], GIB) == []  # not green's GPUs
+    assert gf.unexplained_memory(facts, [3], 41 * GIB) == []  # under the threshold
+
+
+def test_memory_held_by_a_listed_process_is_explained():
+    # The real synthetic fixture: pid 4242 holds all 1024 MiB used on GPU 3.
+    facts = collect_from_fixture(str(SYNTH))
+    assert gf.unexplained_memory(facts, list(range(8)), 0) == []
+    # The real device capture: 1551 MiB used, pid 425 holds 1542 MiB -> 9 MiB of context.
+    device = collect_from_fixture(str(GPU / "h200-device-2026-11-29"))
+    assert gf.unexplained_memory(device, [0], 64 * MIB) == []
+    (finding,) = gf.unexplained_memory(device, [0], 0)
+    assert finding["unexplained_bytes"] == 9 * MIB
+
+
+def test_unknown_gpu_index_is_a_finding():
+    (finding,) = gf.unexplained_memory(_lxc_facts(0), [9], GIB)
+    assert finding["msg"] == "GPU 9 is not listed by nvidia-smi: its memory cannot be checked"
+
+
+def test_memory_snapshot_reads_fresh_figures():
+    calls = []
+    csv = _read(SYNTH / "nvidia-smi-query-gpu.csv")
+    apps = _read(SYNTH / "nvidia-smi-query-compute-apps.csv")
+
+    def run(argv):
+        calls.append(argv[1].split("=")[0])
+        return 0, (csv if argv[1].startswith("--query-gpu=") else apps), ""
+
+    snap = gf.memory_snapshot(run, "/usr/bin/nvidia-smi")
+    assert calls == ["--query-gpu", "--query-compute-apps"]
+    assert [g["memory_used_bytes"] for g in snap["gpus"]][3] == 1024 * MIB
+    assert snap["processes"] == [
+        {
+            "pid": 4242,
+            "used_memory_bytes": 1024 * MIB,
+            "gpu_uuid": "GPU-5e7a0e00-0000-4000-8000-000000000003",
+            "gpu_index": 3,
+        }
+    ]
+
+    def failing(argv):
+        return 18, _read(PUBLIC / "nvidia-smi-mismatch-tinygrad47.txt"), ""
+
+    with pytest.raises(gf.GpuFactsError, match=r"rc=18.*version mismatch"):
+        gf.memory_snapshot(failing)
+
+
+def test_proc_gpus_information_real():
+    gpus = gf.parse_proc_gpus(_read(P2P / "proc-driver-nvidia-gpus.txt"))
+    assert gpus == {
+        "0000:00:06.0": {
+            "model": "NVIDIA H200",
+            "minor": 0,
+            "uuid": "GPU-336b8cd9-8fa4-bc5c-0246-1d10100c6553",
+        },
+        "0000:00:07.0": {
+            "model": "NVIDIA H200",
+            "minor": 1,
+            "uuid": "GPU-5270b8dc-b21c-f6e1-3747-d04b8410093b",
+        },
+    }
+    with pytest.raises(gf.GpuFactsError, match="no 'Bus Location'"):
+        gf.parse_proc_gpus("Model: \t\t NVIDIA H200\nIRQ: 41\n")
