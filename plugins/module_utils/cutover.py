@@ -20,6 +20,10 @@ an HTTP request function, clocks, sleep), so pytest drives the logic.
 import time
 
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import record as records
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_facts import (
+    GpuFactsError,
+    unexplained_memory,
+)
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import (
     FrontDoorError,
     drain,
@@ -65,7 +69,8 @@ class Settings:
 
     def __init__(self, strategy="sequential", restart=False, health_interval=2.0,
                  smoke_prompt="Hello", journal_lines=40, drain_timeout=60.0,
-                 progress_file=None, progress_interval=10.0):
+                 progress_file=None, progress_interval=10.0,
+                 unexplained_memory_bytes=1024**3):
         if strategy not in STRATEGIES:
             raise CutoverError(f"strategy must be sequential, parallel or auto, got {strategy!r}")
         self.strategy = strategy
@@ -76,6 +81,7 @@ class Settings:
         self.drain_timeout = drain_timeout
         self.progress_file = progress_file
         self.progress_interval = progress_interval
+        self.unexplained_memory_bytes = unexplained_memory_bytes
 
 
 def resolve_strategy(strategy, blue, green):
@@ -125,8 +131,9 @@ class Cutover:
     """One switch to `green`, a dict with model, unit, url, port, served_model_name,
     startup_timeout_s and gpus (+ the record's fields: repo, revision, ...).
 
-    `gpu_processes` is what holds GPU memory (gpu_facts' process list), or a
-    function that reads it when the switch decides, not before."""
+    `gpu_processes` is what nvidia-smi says, read when the switch decides, not
+    before: a function returning gpu_facts' snapshot ({"gpus", "processes"}),
+    or that snapshot, or only its process list (then memory is not checked)."""
 
     def __init__(self, host, green, state_file, settings=None, frontdoor=None,
                  gpu_processes=None):
@@ -161,13 +168,37 @@ class Cutover:
         except UnitError as exc:
             raise _cutover_error(exc) from None
 
-    def _processes(self):
-        procs = self.gpu_processes
-        return procs() if callable(procs) else procs
+    def _snapshot(self):
+        probe = self.gpu_processes
+        try:
+            snap = probe() if callable(probe) else probe
+        except GpuFactsError as exc:
+            raise CutoverError(f"nvidia-smi could not be read before the switch: {exc}") from None
+        if isinstance(snap, list):
+            return {"gpus": None, "processes": snap}
+        return snap or {"gpus": None, "processes": []}
+
+    def _check_memory(self, snap):
+        """Memory on green's GPUs that no visible process holds: inside an LXC container,
+        another container's (or the host's) processes are not listed, yet hold memory."""
+        if snap.get("gpus") is None or not self.green.get("gpus"):
+            return
+        found = unexplained_memory(snap, self.green["gpus"],
+                                   self.settings.unexplained_memory_bytes)
+        if found:
+            raise CutoverError(f"green {self.green['model']} cannot start: "
+                               + "; ".join(f["msg"] for f in found))
+
+    def _check_memory_now(self):
+        self._check_memory(self._snapshot())
 
     def _preflight(self, blue):
-        if self.green.get("gpus"):
-            procs = self._processes()
+        if self.green.get("gpus") and self.gpu_processes is not None:
+            snap = self._snapshot()
+            procs = snap.get("processes")
+            # Sequential: blue still holds the GPUs now; they are checked once it stopped.
+            if not (blue and self.strategy == "sequential"):
+                self._check_memory(snap)
             if procs:
                 allowed = unit_pids(blue["unit"], self.host.run_command,
                                     self.host.cgroup_root) if blue else set()
@@ -311,6 +342,8 @@ class Cutover:
                 self._timed("drain_blue", self._drain, blue, result, "blue_drain")
                 self._timed("stop_blue", self._act, "stop", blue["unit"])
                 blue_stopped = True
+                if self.green.get("gpus") and self.gpu_processes is not None:
+                    self._timed("gpu_memory", self._check_memory_now)
             gate = self._timed("start_green", self._start_and_gate, self.green)
             result["green_health"] = gate
             if not gate["ok"]:

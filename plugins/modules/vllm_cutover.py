@@ -67,6 +67,14 @@ options:
       - Test seam, as M(vllm_fleet.fleet.gpu_facts) has it - a folder of captured nvidia-smi outputs
         read instead of running nvidia-smi.
     type: path
+  gpu_unexplained_memory_bytes:
+    description:
+      - Bytes of memory in use on one of green's GPUs that no process nvidia-smi lists may hold,
+        before the switch refuses (inside an LXC container, other containers' processes are not
+        listed, yet their memory is). Checked at preflight, and for a sequential switch again once
+        blue has stopped, right before green starts.
+    type: int
+    default: 1073741824
   drain_timeout:
     description: Seconds to wait for blue's running and waiting requests (vLLM's C(/metrics)) to reach 0 before it is stopped.
     type: float
@@ -214,14 +222,15 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.cutover import (
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import FrontDoor
 
 
-def gpu_process_reader(module, fixture_dir):
-    """A function that reads nvidia-smi's processes when called (None without nvidia-smi)."""
+def gpu_reader(module, fixture_dir):
+    """A function that reads nvidia-smi (per-GPU used memory, processes) when called;
+    None without nvidia-smi (a host with no NVIDIA GPU, like the lab)."""
     if fixture_dir:
-        return lambda: gpu_facts.collect_from_fixture(fixture_dir)["processes"]
+        return lambda: gpu_facts.collect_from_fixture(fixture_dir)
     smi = module.get_bin_path("nvidia-smi")
     if not smi:
         return None
-    return lambda: gpu_facts.collect(module.run_command, nvidia_smi=smi)["processes"]
+    return lambda: gpu_facts.memory_snapshot(module.run_command, nvidia_smi=smi)
 
 
 def main():
@@ -237,6 +246,7 @@ def main():
                          "default": "sequential"},
             "gpus": {"type": "list", "elements": "int", "default": []},
             "gpu_facts_fixture_dir": {"type": "path"},
+            "gpu_unexplained_memory_bytes": {"type": "int", "default": 1073741824},
             "drain_timeout": {"type": "float", "default": 60.0},
             "frontdoor": {"type": "dict", "options": {
                 "upstream_file": {"type": "path", "required": True},
@@ -282,13 +292,14 @@ def main():
                         health_interval=p["health_interval"], smoke_prompt=p["smoke_prompt"],
                         journal_lines=p["journal_lines"], drain_timeout=p["drain_timeout"],
                         progress_file=p["progress_file"],
-                        progress_interval=p["progress_interval"])
+                        progress_interval=p["progress_interval"],
+                        unexplained_memory_bytes=p["gpu_unexplained_memory_bytes"])
     try:
         record = records.load(p["state_file"])
     except records.RecordError as exc:
         module.fail_json(msg=str(exc), changed=False)
     cutover = Cutover(Host(run_command), green, p["state_file"], settings, frontdoor=frontdoor,
-                      gpu_processes=gpu_process_reader(module, p["gpu_facts_fixture_dir"]))
+                      gpu_processes=gpu_reader(module, p["gpu_facts_fixture_dir"]))
     try:
         result = cutover.run_plan(record, check_mode=module.check_mode)
     except CutoverError as exc:

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from repo_paths import ROOT
 
 ROLES = sorted(p.parent.parent for p in (ROOT / "roles").glob("*/meta/argument_specs.yml"))

@@ -378,3 +378,45 @@ def test_blues_own_workers_on_greens_gpus_do_not_block_a_sequential_switch(tmp_p
     result = world.run(gpu_processes=procs)
     assert (result["action"], result["active_after"]) == ("switch", "green")
     assert world.g.active_state == "active"
+
+
+# -- memory no visible process explains (an LXC container sees less than the host) -----------
+def snapshot(used_gib, procs=()):
+    """gpu_facts' snapshot: per GPU index the memory in use, and the processes nvidia-smi lists."""
+    return {"gpus": [{"index": i, "pci_bus_id": f"00000000:{0x18 + i:02x}:00.0",
+                      "memory_used_bytes": int(gib * GIB)} for i, gib in used_gib.items()],
+            "processes": list(procs)}
+
+
+def test_memory_in_use_that_no_process_explains_refuses_a_parallel_switch(tmp_path, port):
+    """Issue 10 case 3: green's GPUs 4-7, no process listed, GPU 5 with 40 GiB used."""
+    world = World(tmp_path, port, green_gpus=[4, 5, 6, 7])
+    seen = snapshot({4: 0.5, 5: 40, 6: 0.5, 7: 0.5})
+    exc = world.fail(strategy="parallel", gpu_processes=lambda: seen)
+    assert exc.msg.startswith("cutover to green refused before any change: green green cannot "
+                              "start: GPU 5 (00000000:1d:00.0) has 42949672960 bytes (40.0 GiB) "
+                              "in use that no visible process holds")
+    assert exc.msg.endswith("blue is still serving.")
+    assert world.host.state_calls() == []
+    assert world.b.active_state == "active"
+
+
+def test_a_sequential_switch_checks_memory_after_blue_stopped_and_rolls_back(tmp_path, port):
+    """Blue's own workers are invisible too inside LXC: the check waits until blue stopped;
+    memory still held then belongs to someone else, and blue is started again."""
+    world = World(tmp_path, port, green_gpus=[0, 1, 2, 3])
+    reads = iter([snapshot({0: 80, 1: 80, 2: 80, 3: 80}),    # preflight: blue loaded
+                  snapshot({0: 0.3, 1: 0.3, 2: 30, 3: 0.3})])  # blue stopped: 30 GiB stays
+    exc = world.fail(gpu_processes=lambda: next(reads))
+    assert "GPU 2 (00000000:1a:00.0) has 32212254720 bytes (30.0 GiB) in use" in exc.msg
+    assert exc.msg.endswith("Rolled back: blue is serving again.")
+    assert [c for c in world.host.state_calls() if c[1] == G and c[0] == "start"] == []
+    assert world.b.active_state == "active"
+
+
+def test_a_sequential_switch_goes_on_when_blue_freed_its_memory(tmp_path, port):
+    world = World(tmp_path, port, green_gpus=[0, 1, 2, 3])
+    reads = iter([snapshot({0: 80, 1: 80, 2: 80, 3: 80}), snapshot(dict.fromkeys(range(4), 0.3))])
+    result = world.run(gpu_processes=lambda: next(reads))
+    assert (result["action"], result["active_after"]) == ("switch", "green")
+    assert "gpu_memory" in result["phases"]
