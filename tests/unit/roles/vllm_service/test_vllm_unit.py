@@ -6,6 +6,7 @@ Renders the real template with the real filters (tests/systemd_unit.py) and
 reads the result back with a transcription of systemd's own parsers.
 """
 
+import json
 import re
 import shutil
 import subprocess
@@ -13,9 +14,10 @@ import sys
 
 import jinja2
 import pytest
+import yaml
 from ansible.errors import AnsibleFilterError
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.serve_args import vllm_serve_argv
-from repo_paths import FIXTURES
+from repo_paths import FIXTURES, ROOT
 from systemd_unit import (
     VLLM,
     exec_argv,
@@ -92,8 +94,7 @@ def test_hostile_catalog_values_are_refused(change, message):
     assert message in error
 
 
-def test_a_yaml_block_scalar_is_refused(tmp_path):
-    import yaml
+def test_a_yaml_block_scalar_is_refused():
     entry = yaml.safe_load("served_model_name: |\n  tiny-gqa\nport: 8001\n")
     assert entry["served_model_name"] == "tiny-gqa\n"
     _, error = _rendered_or_error(entry)
@@ -237,9 +238,6 @@ def test_exposure_with_the_lab_switches_off_stays_at_most_5(tmp_path):
 def test_ansible_template_module_writes_the_same_unit(tmp_path):
     # The harness above mimics Ansible's template module; prove it on one
     # entry with every kind of awkward character.
-    import json
-
-    from repo_paths import ROOT
     entry = {**tiny_gqa_entry(), "gpus": [0, 3], "env": {"P": 'a "b" $c 5%'},
              "extra_args": ["--x", "a b", "\\", "50%", "$HOME", ";"]}
     variables = {"vllm_service_model": "tiny_gqa", "vllm_service_entry": entry,
@@ -265,3 +263,16 @@ def test_ansible_template_module_writes_the_same_unit(tmp_path):
 def test_intended_argv_is_what_the_filter_computes():
     # The property test below compares against vllm_serve_argv(); pin it once.
     assert vllm_serve_argv(VLLM, MODEL_DIR, "m", 1, {"a": True}, ["x y"])[-2:] == ["--a", "x y"]
+
+
+def test_every_switch_in_the_argument_spec_turns_its_directives_off():
+    specs = yaml.safe_load((ROOT / "roles/vllm_service/meta/argument_specs.yml").read_text())
+    options = specs["argument_specs"]["main"]["options"]
+    defaults = yaml.safe_load((ROOT / "roles/vllm_service/defaults/main.yml").read_text())
+    for name in ("vllm_service_read_write_paths", "vllm_service_address_families",
+                 "vllm_service_device_allow_extra", "vllm_service_hardening_off"):
+        assert options[name]["default"] == defaults[name], name
+    switches = options["vllm_service_hardening_off"]["choices"]
+    unit = render_unit({**tiny_gqa_entry(), "gpus": [0]}, vllm_service_hardening_off=switches)
+    assert verify_unit.compare(unit) == []
+    assert [key for key in [*SANDBOX, "DeviceAllow"] if service(unit, key)] == []
