@@ -1,4 +1,5 @@
-# Copyright 2026 vllm-fleet contributors
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
 """The serve-argument filters the vllm_service role renders its ExecStart= with."""
 
 import pytest
@@ -10,7 +11,9 @@ VLLM = "/opt/vllm/0.32.0-cpu/bin/vllm"
 
 
 def test_filter_names():
-    assert sorted(FILTERS) == ["systemd_exec_line", "systemd_quote", "vllm_serve_argv"]
+    assert sorted(FILTERS) == ["nvidia_device_nodes", "systemd_environment", "systemd_exec_line",
+                               "systemd_quote", "systemd_specifier_text", "systemd_word",
+                               "vllm_serve_argv", "vllm_unit_check"]
 
 
 def test_entry_to_argv_to_exec_line():
@@ -44,11 +47,11 @@ def test_port_given_as_text_and_missing_serve_and_host_keyword():
      "vllm_serve_argv: invalid literal for int() with base 10: 'eighty'"),
     ({"served_model_name": "m", "port": None}, "vllm_serve_argv: int() argument must be"),
     ({"served_model_name": "m", "port": 70000},
-     "vllm_serve_argv: port must be an integer 1-65535, got 70000"),
+     "vllm_serve_argv: catalog entry: port must be an integer 1-65535, got 70000"),
     ({"served_model_name": "m", "port": 8001, "serve": {"port": 9000}},
-     "vllm_serve_argv: serve options must not set port: "),
+     "vllm_serve_argv: catalog entry: serve options must not set port: "),
     ({"served_model_name": "m", "port": 8001, "serve": {"--dtype": "half"}},
-     "vllm_serve_argv: serve option names are bare words"),
+     "vllm_serve_argv: catalog entry: serve: serve option names are bare words"),
 ])
 def test_bad_entries_raise_filter_errors_that_name_the_filter(entry, message):
     with pytest.raises(AnsibleFilterError) as caught:
@@ -62,7 +65,40 @@ def test_empty_exec_line_is_a_filter_error():
 
 
 def test_environment_line_quoting():
-    # The unit template writes Environment={{ (key ~ '=' ~ value) | systemd_quote }}.
-    assert FILTERS["systemd_quote"]("VLLM_USE_V1=1") == "VLLM_USE_V1=1"
-    assert FILTERS["systemd_quote"]("NCCL_DEBUG_SUBSYS=INIT ENV") == '"NCCL_DEBUG_SUBSYS=INIT ENV"'
-    assert FILTERS["systemd_quote"]("PATH_HINT=$PATH:50%") == '"PATH_HINT=$$PATH:50%%"'
+    # The unit template writes Environment={{ key | systemd_environment(value) }}.
+    # systemd.exec(5): "$" has no meaning in Environment=, only % specifiers do,
+    # so "$" is written as is (it used to be doubled, and the service saw "$$").
+    assert FILTERS["systemd_environment"]("VLLM_USE_V1", "1") == "VLLM_USE_V1=1"
+    assert FILTERS["systemd_environment"]("NCCL_DEBUG_SUBSYS", "INIT ENV") == (
+        '"NCCL_DEBUG_SUBSYS=INIT ENV"')
+    assert FILTERS["systemd_environment"]("PATH_HINT", "$PATH:50%") == '"PATH_HINT=$PATH:50%%"'
+
+
+def test_hostile_entry_is_a_filter_error_naming_field_and_model():
+    entry = {"served_model_name": "m", "port": 8001,
+             "extra_args": ["--disable-log-stats\n", "ExecStartPre=/bin/touch", "/tmp/x"]}
+    with pytest.raises(AnsibleFilterError) as caught:
+        FILTERS["vllm_serve_argv"](entry, VLLM, "/m", model="tiny_gqa")
+    assert str(caught.value).startswith(
+        "vllm_serve_argv: catalog entry tiny_gqa: extra_args[0] holds a control character"
+        " (U+000A, line feed) at offset 19")
+
+
+@pytest.mark.parametrize(("name", "args", "message"), [
+    ("vllm_unit_check", ({"served_model_name": "m\n"}, "tiny_gqa"),
+     "vllm_unit_check: catalog entry tiny_gqa: served_model_name holds a control character"),
+    ("systemd_environment", ("A", "x\n"), "systemd_environment: environment variable A holds"),
+    ("systemd_specifier_text", ("a\\",), "systemd_specifier_text: unit value ends in a backslash"),
+    ("systemd_word", ("/a\n",), "systemd_word: unit word holds a control character"),
+    ("systemd_quote", ("a\r",), "systemd_quote: command-line word holds a control character"),
+    ("nvidia_device_nodes", (["x"],), "nvidia_device_nodes: invalid literal for int()"),
+])
+def test_unit_value_filters_raise_filter_errors_that_name_the_filter(name, args, message):
+    with pytest.raises(AnsibleFilterError) as caught:
+        FILTERS[name](*args)
+    assert str(caught.value).startswith(message)
+
+
+def test_unit_check_returns_the_entry_for_the_template():
+    entry = {"served_model_name": "m", "port": 8001, "gpus": [0]}
+    assert FILTERS["vllm_unit_check"](entry, "tiny_gqa", {"vllm_service_home": "/v"}) is entry

@@ -1,13 +1,22 @@
-# Copyright 2026 vllm-fleet contributors
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
 """serve_args: catalog `serve` options -> vllm argv -> systemd ExecStart= value."""
 
 import pytest
 import yaml
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.serve_args import (
+    UnitValueError,
+    check_unit_inputs,
+    control_character,
+    nvidia_device_nodes,
     option_flag,
     serve_options_argv,
+    systemd_environment,
     systemd_exec_line,
     systemd_quote,
+    systemd_specifier_text,
+    systemd_word,
+    unit_text,
     vllm_serve_argv,
 )
 from repo_paths import CATALOG
@@ -132,3 +141,192 @@ def test_golden_exec_start_for_the_catalogs_minimax_m25():
         " --enable-auto-tool-choice --tool-call-parser minimax_m2"
         " --reasoning-parser minimax_m2_append_think --shutdown-timeout 60"
     )
+
+
+# --- values that could change the unit's structure (issue 13) ---------------
+
+def test_a_word_ending_in_a_newline_is_refused_not_judged_plain():
+    # Python's `$` matches before a trailing newline: the old check called
+    # "--disable-log-stats\n" plain and wrote it unquoted, newline and all.
+    wanted = r"control character \(U\+000A, line feed\) at offset 19"
+    with pytest.raises(UnitValueError, match=wanted):
+        systemd_quote("--disable-log-stats\n")
+
+
+@pytest.mark.parametrize(("char", "label"), [
+    ("\n", "U+000A, line feed"), ("\r", "U+000D, carriage return"), ("\x00", "U+0000, NUL"),
+    ("\t", "U+0009, tab"), ("\x1b", "U+001B, escape"), ("\x7f", "U+007F, delete"),
+    ("\x85", "U+0085, next line"), ("\x01", "U+0001"),
+])
+def test_every_control_character_is_named(char, label):
+    assert control_character(f"ab{char}c") == f"a control character ({label}) at offset 2"
+
+
+def test_printable_text_has_no_control_character():
+    # Unicode line separators are not line ends for systemd (it reads bytes).
+    assert control_character('tiny gqa \u2028 \u00e9 % $ \\ "') is None
+
+
+def test_unit_text_names_the_field_and_refuses_unencodable_text():
+    with pytest.raises(UnitValueError, match=r"^served_model_name holds a control character"):
+        unit_text("served_model_name", "tiny\r")
+    with pytest.raises(UnitValueError, match="not valid UTF-8"):
+        unit_text("served_model_name", "tiny\udc80")
+    assert unit_text("port", 8001) == "8001"
+
+
+def test_hostile_extra_args_are_refused_with_field_and_model():
+    # The issue's input: without the check it renders a real ExecStartPre= line.
+    with pytest.raises(UnitValueError) as caught:
+        vllm_serve_argv("/opt/vllm/bin/vllm", "/m", "tiny-gqa", 8001,
+                        extra_args=["--disable-log-stats\n", "ExecStartPre=/bin/touch", "/tmp/x"],
+                        context="catalog entry tiny_gqa")
+    assert str(caught.value) == (
+        "catalog entry tiny_gqa: extra_args[0] holds a control character (U+000A, line feed) at"
+        " offset 19: '--disable-log-stats\\n'; a value written into a systemd unit must be one"
+        " line of printable text")
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"served_model_name": "tiny\nExecStartPre=/bin/touch /tmp/x"}, "served_model_name"),
+    ({"options": {"max_model_len": "512\n"}}, "serve.max_model_len"),
+    ({"options": {"allowed_origins": ["a", "b\rc"]}}, "serve.allowed_origins"),
+    ({"model_dir": "/srv/models/x\x00"}, "model folder"),
+    ({"extra_args": ["--seed", "0", "\x7f"]}, "extra_args[2]"),
+])
+def test_every_argv_field_is_checked(kwargs, field):
+    args = {"vllm_bin": "/v", "model_dir": "/m", "served_model_name": "t", "port": 1, **kwargs}
+    with pytest.raises(UnitValueError) as caught:
+        vllm_serve_argv(context="catalog entry m1", **args)
+    assert str(caught.value).startswith(f"catalog entry m1: {field} holds a control character")
+
+
+def test_json_options_escape_control_characters_themselves():
+    # A dict becomes JSON, which writes a newline as the two characters \n.
+    argv = vllm_serve_argv("/v", "/m", "t", 1, {"override_generation_config": {"stop": "a\nb"}})
+    assert argv[-1] == '{"stop":"a\\nb"}'
+
+
+@pytest.mark.parametrize("key", ["--dtype", "bad\nkey", "dtype half", "", "_x"])
+def test_serve_option_names_are_bare_words_and_errors_carry_the_context(key):
+    with pytest.raises(ValueError, match=r"^catalog entry m1: serve: serve option names are bare"):
+        vllm_serve_argv("/v", "/m", "t", 1, {key: "half"}, context="catalog entry m1")
+
+
+def test_exec_line_needs_an_absolute_program():
+    # ExecStart= reads a leading -, @, :, + or ! as a prefix, even inside quotes.
+    with pytest.raises(ValueError, match="absolute path, got '@/bin/sh'"):
+        systemd_exec_line(["@/bin/sh", "x"])
+
+
+# --- quoting per directive ---------------------------------------------------
+
+@pytest.mark.parametrize(("name", "value", "line"), [
+    ("VLLM_USE_V1", "1", "VLLM_USE_V1=1"),
+    ("NCCL_DEBUG_SUBSYS", "INIT ENV", '"NCCL_DEBUG_SUBSYS=INIT ENV"'),
+    # systemd.exec(5): in Environment= "$" has no special meaning; only % specifiers.
+    ("PATH_HINT", "$PATH:50%", '"PATH_HINT=$PATH:50%%"'),
+    ("PRICE", "$5", '"PRICE=$5"'),
+    ("Q", 'say "hi" \\o/', '"Q=say \\"hi\\" \\\\o/"'),
+    ("EMPTY", "", "EMPTY="),
+    ("N", 3, "N=3"),
+])
+def test_environment_assignment_keeps_dollar_and_doubles_percent(name, value, line):
+    assert systemd_environment(name, value) == line
+
+
+@pytest.mark.parametrize("name", ["", "1ABC", "A B", "A=B", "A\nB", "A-B", "\u00c9T\u00c9"])
+def test_environment_names_must_be_names(name):
+    with pytest.raises(UnitValueError, match="is not an environment variable name"):
+        systemd_environment(name, "x")
+
+
+def test_environment_value_with_a_newline_is_refused():
+    with pytest.raises(UnitValueError, match=r"^env.A holds a control character"):
+        systemd_environment("A", "1\nExecStartPre=/bin/touch /tmp/x", field="env.A")
+
+
+def test_word_for_path_lists_keeps_dollar():
+    assert systemd_word("/var/lib/vllm") == "/var/lib/vllm"
+    assert systemd_word("/srv/a b/$x%") == '"/srv/a b/$x%%"'
+
+
+def test_specifier_text_doubles_percent_and_refuses_a_continuation():
+    assert systemd_specifier_text("tiny (50% of $X)") == "tiny (50%% of $X)"
+    with pytest.raises(UnitValueError, match="ends in a backslash"):
+        systemd_specifier_text("vllm\\")
+    with pytest.raises(UnitValueError, match="control character"):
+        systemd_specifier_text("vllm\nUser=root")
+
+
+# --- check_unit_inputs: every templated value, named ------------------------
+
+ENTRY = {"description": "Lab model", "repo_id": "org/m", "served_model_name": "tiny-gqa",
+         "port": 8001, "gpus": [0, 1], "env": {"A": "1"}, "serve": {}, "extra_args": []}
+SETTINGS = {"vllm_service_vllm_bin": "/opt/vllm/bin/vllm", "vllm_service_model_dir": "/srv/m",
+            "vllm_service_home": "/var/lib/vllm", "vllm_service_user": "vllm",
+            "vllm_service_read_write_paths": ["/srv/cache"],
+            "vllm_service_device_allow_extra": ["char-infiniband_verbs rw",
+                                                "/dev/infiniband/rdma_cm rw"]}
+
+
+def test_a_clean_entry_passes_unchanged():
+    assert check_unit_inputs("tiny_gqa", ENTRY, SETTINGS) is ENTRY
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"description": "Lab model\nExecStartPre=/bin/touch /tmp/x"},
+     ("catalog entry tiny_gqa: description holds a control character (U+000A, line feed) at"
+     " offset 9")),
+    # A YAML block scalar (`|`) ends in a newline: an accident is enough.
+    ({"served_model_name": "tiny-gqa\n"},
+     ("catalog entry tiny_gqa: served_model_name holds a control character (U+000A, line feed)"
+     " at offset 8")),
+    ({"repo_id": "org/m\r"}, "catalog entry tiny_gqa: repo_id holds a control character"),
+    ({"gpus": [0, "1\nExecStartPre=/bin/touch /tmp/x"]},
+     ("catalog entry tiny_gqa: gpus[1] must be a CUDA device index (0, 1, ...), got"
+     " '1\\nExecStartPre=/bin/touch /tmp/x'")),
+    ({"gpus": ["GPU-5f3c"]}, "catalog entry tiny_gqa: gpus[0] must be a CUDA device index"),
+    ({"gpus": [True]}, "catalog entry tiny_gqa: gpus[0] must be a CUDA device index"),
+    ({"gpus": "0,1"}, "catalog entry tiny_gqa: gpus must be a list of CUDA device indices"),
+    ({"env": {"A": "1\n"}}, "catalog entry tiny_gqa: env.A holds a control character"),
+    ({"env": {"A\nB": "1"}}, "catalog entry tiny_gqa: env.A\nB: 'A\\nB' is not an environment"),
+    ({"env": ["A=1"]}, "catalog entry tiny_gqa: env must be a mapping"),
+])
+def test_each_catalog_field_is_refused_by_name_with_the_model(change, message):
+    with pytest.raises(UnitValueError) as caught:
+        check_unit_inputs("tiny_gqa", {**ENTRY, **change}, SETTINGS)
+    assert str(caught.value).startswith(message)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"vllm_service_home": "/var/lib/vllm\n"}, "vllm_service_home holds a control character"),
+    ({"vllm_service_home": "var/lib/vllm"}, "vllm_service_home must be an absolute path"),
+    ({"vllm_service_vllm_bin": "vllm"}, "vllm_service_vllm_bin must be an absolute path"),
+    ({"vllm_service_user": "vllm\nUser=root"}, "vllm_service_user holds a control character"),
+    ({"vllm_service_read_write_paths": ["/ok", "/x\n"]},
+     "vllm_service_read_write_paths holds a control character"),
+    ({"vllm_service_read_write_paths": "/srv"}, "vllm_service_read_write_paths must be a list"),
+    ({"vllm_service_device_allow_extra": ["/dev/infiniband/* rw"]},
+     "vllm_service_device_allow_extra holds '/dev/infiniband/* rw'; wanted a DeviceAllow="),
+    ({"vllm_service_device_allow_extra": ["/dev/x rwx"]},
+     "vllm_service_device_allow_extra holds '/dev/x rwx'"),
+])
+def test_role_values_are_refused_by_variable_name(change, message):
+    with pytest.raises(UnitValueError) as caught:
+        check_unit_inputs("tiny_gqa", ENTRY, {**SETTINGS, **change})
+    assert str(caught.value).startswith(message)
+
+
+@pytest.mark.parametrize("model", ["tiny_gqa\n", "Tiny", "", "-x", "a b", "tiny%i"])
+def test_model_name_is_a_catalog_name_to_the_end(model):
+    # preflight's `is match('^...$')` lets "tiny_gqa\n" through; fullmatch does not.
+    with pytest.raises(UnitValueError, match="vllm_service_model must be a catalog name"):
+        check_unit_inputs(model, ENTRY, SETTINGS)
+
+
+def test_nvidia_device_nodes_are_the_control_nodes_and_the_gpus():
+    assert nvidia_device_nodes([]) == []
+    assert nvidia_device_nodes([2, "5"]) == ["/dev/nvidiactl", "/dev/nvidia-uvm",
+                                            "/dev/nvidia-uvm-tools", "/dev/nvidia2",
+                                            "/dev/nvidia5"]
