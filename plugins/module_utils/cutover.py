@@ -20,14 +20,14 @@ an HTTP request function, clocks, sleep), so pytest drives the logic.
 import time
 
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import record as records
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_facts import (
-    GpuFactsError,
-    unexplained_memory,
-)
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import (
     FrontDoorError,
     drain,
     upstream_conf,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_facts import (
+    GpuFactsError,
+    unexplained_memory,
 )
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import urllib_request
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.units import (

@@ -1,13 +1,18 @@
 """async_follow, the real action plugin, through ansible-playbook on this machine.
 
-A job writes a progress file twice and exits; the play prints each progress
-line while the job runs and ends with the job's own result.
+A job runs until the test lets it finish; the test writes its progress file
+(as hf_download would) and waits, step by step, for ansible-playbook to print
+the matching line before it writes the next one, so the outcome does not
+depend on how fast this machine is.
 """
 
 import json
 import os
+import queue
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 from repo_paths import ROOT
@@ -17,16 +22,11 @@ PLAY = """
   connection: local
   gather_facts: false
   tasks:
-    - name: A job that reports its progress
+    - name: A job that runs until the test lets it finish
       ansible.builtin.shell: |
-        echo '{{"bytes_done": 1073741824, "bytes_total": 4294967296, "files_done": 1,
-               "files_total": 4, "rate_bytes_per_s": 100000000, "eta_seconds": 32}}' > {progress}
-        sleep 2
-        echo '{{"bytes_done": 3221225472, "bytes_total": 4294967296, "files_done": 3,
-               "files_total": 4, "rate_bytes_per_s": 100000000, "eta_seconds": 11}}' > {progress}
-        sleep 2
+        while [ ! -f {done} ]; do sleep 0.1; done
         echo finished
-      async: 60
+      async: 120
       poll: 0
       register: job
       changed_when: false
@@ -36,36 +36,72 @@ PLAY = """
         jid: "{{{{ job.ansible_job_id }}}}"
         progress_file: {progress}
         kind: download
-        interval: 0.5
+        interval: 0.3
       register: followed
 
     - name: Show what the job returned
       ansible.builtin.debug:
         msg: "RESULT {{{{ followed.stdout }}}} rc={{{{ followed.rc }}}}"
 """
+STATES = [
+    ({"bytes_done": 1 << 30, "bytes_total": 4 << 30, "files_done": 1, "files_total": 4,
+      "rate_bytes_per_s": 100_000_000, "eta_seconds": 32},
+     "  localhost: 1.00 GiB of 4.00 GiB (25.0 %), 1 of 4 files, 100.0 MB/s, about 32 s left"),
+    ({"bytes_done": 3 << 30, "bytes_total": 4 << 30, "files_done": 3, "files_total": 4,
+      "rate_bytes_per_s": 100_000_000, "eta_seconds": 11},
+     "  localhost: 3.00 GiB of 4.00 GiB (75.0 %), 3 of 4 files, 100.0 MB/s, about 11 s left"),
+]
+
+
+def _lines(stream, into):
+    for line in stream:
+        into.put(line.rstrip("\n"))
+    into.put(None)
+
+
+def _wait_for(lines, seen, wanted, timeout=90.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=1.0)
+        except queue.Empty:
+            continue
+        if line is None:
+            break
+        seen.append(line)
+        if line == wanted:
+            return
+    raise AssertionError(f"never printed {wanted!r}; printed:\n" + "\n".join(seen[-30:]))
 
 
 def test_progress_lines_then_the_jobs_result(tmp_path):
-    progress = tmp_path / "progress.json"
+    progress, done = tmp_path / "progress.json", tmp_path / "done"
     play = tmp_path / "play.yml"
-    play.write_text(PLAY.format(progress=progress))
+    play.write_text(PLAY.format(progress=progress, done=done))
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(ROOT / "collections"),
                ANSIBLE_NOCOLOR="1", ANSIBLE_ASYNC_DIR=str(tmp_path / "async"),
-               ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"))
-    out = subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "-i",
-                          "localhost,", "-e", f"ansible_python_interpreter={sys.executable}",
-                          str(play)], capture_output=True, text=True, env=env,
-                         timeout=120, check=False)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    lines = out.stdout.splitlines()
-    first = "  localhost: 1.00 GiB of 4.00 GiB (25.0 %), 1 of 4 files, 100.0 MB/s, about 32 s left"
-    second = "  localhost: 3.00 GiB of 4.00 GiB (75.0 %), 3 of 4 files, 100.0 MB/s, about 11 s left"
-    assert first in lines
-    assert second in lines
-    assert lines.index(first) < lines.index(second)
-    assert lines.count(first) == 1  # a line is printed once, not every interval
-    result = next(line for line in lines if "RESULT" in line)
-    assert "RESULT finished rc=0" in result
-    assert json.loads(progress.read_text())["files_done"] == 3
-    # the job's status file is cleaned up
-    assert list((tmp_path / "async").iterdir()) == []
+               ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"), PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).with_name("ansible-playbook")), "-i", "localhost,", "-e",
+         f"ansible_python_interpreter={sys.executable}", str(play)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    lines, seen = queue.Queue(), []
+    threading.Thread(target=_lines, args=(proc.stdout, lines), daemon=True).start()
+    try:
+        for state, wanted in STATES:
+            progress.write_text(json.dumps(state))
+            _wait_for(lines, seen, wanted)
+        done.touch()
+        _wait_for(lines, seen, "    msg: RESULT finished rc=0")
+        assert proc.wait(timeout=60) == 0
+    finally:
+        done.touch()
+        if proc.poll() is None:
+            proc.kill()
+    rest = []
+    while (line := lines.get(timeout=5)) is not None:
+        rest.append(line)
+    printed = seen + rest
+    assert printed.count(STATES[0][1]) == 1  # a line is printed once, not every interval
+    assert printed.index(STATES[0][1]) < printed.index(STATES[1][1])
+    assert list((tmp_path / "async").iterdir()) == []  # the job's status file is cleaned up
