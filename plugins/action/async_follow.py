@@ -19,6 +19,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.progress import (
 
 display = Display()
 
+_MISSING_TRIES = 3
 _JOB_KEYS = ("ansible_job_id", "started", "finished", "results_file", "stdout_lines",
              "stderr_lines")
 
@@ -27,9 +28,7 @@ class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(("jid", "progress_file", "kind", "interval", "timeout"))
 
-    def _status(self, jid, task_vars, mode="status"):
-        async_dir = self._remote_expand_user(self.get_shell_option("async_dir",
-                                                                   default="~/.ansible_async"))
+    def _status(self, jid, async_dir, task_vars, mode="status"):
         return self._execute_module(module_name="ansible.legacy.async_status",
                                     module_args={"jid": jid, "mode": mode, "_async_dir": async_dir},
                                     task_vars=task_vars)
@@ -57,17 +56,31 @@ class ActionModule(ActionBase):
             "timeout": {"type": "int", "default": 86400},
         })
         host = task_vars.get("inventory_hostname", "?")
+        # The job's status file, as the async task that started the job placed it.
+        async_dir = self._remote_expand_user(self.get_shell_option("async_dir",
+                                                                   default="~/.ansible_async"))
         start = time.monotonic()
         # A quick first look: a job with nothing to do is done before the first interval.
         wait = min(0.5, args["interval"])
         last = None
+        missing = 0
         while True:
             time.sleep(wait)
             wait = args["interval"]
-            status = self._status(args["jid"], task_vars)
+            status = self._status(args["jid"], async_dir, task_vars)
             elapsed = round(time.monotonic() - start, 1)
+            if status.get("msg") == "could not find job" and missing < _MISSING_TRIES:
+                # Read again before giving up: one answer of a loaded host is not the job's end.
+                missing += 1
+                continue
+            missing = 0
             if status.get("finished") or (status.get("failed") and not status.get("started")):
-                self._status(args["jid"], task_vars, mode="cleanup")
+                if status.get("msg") == "could not find job":
+                    status["msg"] = (f"the status file of job {args['jid']} is not in "
+                                     f"{async_dir} on {host} (read {_MISSING_TRIES + 1} times)")
+                    result.update(status, elapsed_s=elapsed)
+                    return result
+                self._status(args["jid"], async_dir, task_vars, mode="cleanup")
                 job = {k: v for k, v in status.items() if k not in _JOB_KEYS}
                 result.update(job)
                 result["elapsed_s"] = elapsed
