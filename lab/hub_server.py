@@ -1,3 +1,5 @@
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
 """A small Hugging Face Hub-compatible HTTP server for the lab and the tests.
 
 LAB / TEST FIXTURE, NOT PRODUCT CODE. It serves model repositories laid out
@@ -30,6 +32,12 @@ or ``POST /_faults`` with a JSON body; ``GET /_faults`` reads them back):
   fail_revision  {"count": N, "status": 500}   the /api/models/{repo}[/revision] call
   fail_tree      {"count": N, "status": 500}   tree and paths-info calls
   drop_after     {glob: {"bytes": B, "count": N}}  close the socket after B body bytes
+  ignore_range   {glob: {"count": N}}   answer a GET that has a Range header with 200 and
+                 the whole body, as a server or proxy without range support does
+  extra_bytes    {glob: {"bytes": B, "count": N, "announce": true}}  B bytes more than the
+                 file holds after its body, as a server whose file is longer than the listing
+                 says; Content-Length and Content-Range count them, or with "announce": false
+                 the body has no length header and ends when the connection closes
 
 ``GET /_stats`` returns body bytes sent per file, request counts and the Range
 headers seen; ``POST /_reset`` clears stats and faults.
@@ -167,6 +175,8 @@ class Faults:
             self.fail_revision: dict = {}
             self.fail_tree: dict = {}
             self.drop_after: dict[str, dict] = {}
+            self.ignore_range: dict[str, dict] = {}
+            self.extra_bytes: dict[str, dict] = {}
             self.bytes_sent: dict[str, int] = {}
             self.requests: dict[str, int] = {}
             self.ranges: list[dict] = []
@@ -176,7 +186,7 @@ class Faults:
         with self.lock:
             if "throttle_bps" in cfg:
                 self.throttle_bps = int(cfg["throttle_bps"] or 0)
-            for name in ("fail_file", "drop_after"):
+            for name in ("fail_file", "drop_after", "ignore_range", "extra_bytes"):
                 if name in cfg:
                     setattr(self, name, {k: dict(v) for k, v in (cfg[name] or {}).items()})
             for name in ("fail_revision", "fail_tree"):
@@ -191,6 +201,8 @@ class Faults:
                 "fail_revision": self.fail_revision,
                 "fail_tree": self.fail_tree,
                 "drop_after": self.drop_after,
+                "ignore_range": self.ignore_range,
+                "extra_bytes": self.extra_bytes,
             }
 
     def stats(self) -> dict:
@@ -242,6 +254,23 @@ class Faults:
                 self.faults_fired.append({"fault": "drop_after", "file": key})
                 return int(rule.get("bytes", 0))
         return None
+
+    def range_ignored(self, key: str, rel: str) -> bool:
+        with self.lock:
+            rule = self._match(self.ignore_range, key, rel)
+            if rule and self._take(rule):
+                self.faults_fired.append({"fault": "ignore_range", "file": key})
+                return True
+        return False
+
+    def extra_length(self, key: str, rel: str) -> tuple[int, bool]:
+        """(bytes to send past the end of the file, whether the headers announce them)."""
+        with self.lock:
+            rule = self._match(self.extra_bytes, key, rel)
+            if rule and self._take(rule):
+                self.faults_fired.append({"fault": "extra_bytes", "file": key})
+                return int(rule.get("bytes", 0)), bool(rule.get("announce", True))
+        return 0, True
 
     def count_request(self, key: str, rng: str | None) -> None:
         with self.lock:
@@ -481,6 +510,29 @@ class HubHandler(BaseHTTPRequestHandler):
             return True
         return False
 
+    def _span(self, size: int, rng: str | None) -> tuple[int, int, int] | None:
+        """(first byte, last byte, status) a Range header asks for; None once a 416 is sent."""
+        start, end = 0, size - 1
+        if not rng:
+            return start, end, 200
+        m = _RANGE_RE.match(rng.strip())
+        if not m or (m.group(1) == "" and m.group(2) == ""):
+            self._error(416, None, f"Bad range {rng}")
+            return None
+        if m.group(1) == "":
+            start = max(0, size - int(m.group(2)))
+        else:
+            start = int(m.group(1))
+            if m.group(2):
+                end = min(int(m.group(2)), size - 1)
+        if start >= size or start > end:
+            self.send_response(416)
+            self.send_header("Content-Range", f"bytes */{size}")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return None
+        return start, end, 206
+
     def _resolve(self, repo_id: str, rev: str, rel: str) -> None:  # noqa: C901, PLR0911, PLR0912
         found = self._repo(repo_id, rev)
         if found is None:
@@ -507,31 +559,28 @@ class HubHandler(BaseHTTPRequestHandler):
         if "lfs" in entry:
             headers["X-Linked-Etag"] = f'"{entry["etag"]}"'
             headers["X-Linked-Size"] = str(size)
-        start, end, status = 0, size - 1, 200
         rng = self.headers.get("Range")
-        if rng:
-            m = _RANGE_RE.match(rng.strip())
-            if not m or (m.group(1) == "" and m.group(2) == ""):
-                return self._error(416, None, f"Bad range {rng}")
-            if m.group(1) == "":
-                start = max(0, size - int(m.group(2)))
-            else:
-                start = int(m.group(1))
-                if m.group(2):
-                    end = min(int(m.group(2)), size - 1)
-            if start >= size or start > end:
-                self.send_response(416)
-                self.send_header("Content-Range", f"bytes */{size}")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return None
-            status = 206
+        ignore = bool(rng) and self.command == "GET" and self.faults.range_ignored(key, rel)
+        span = self._span(size, None if ignore else rng)
+        if span is None:
+            return None
+        start, end, status = span
+        extra, announce = (0, True)
+        if self.command == "GET":
+            extra, announce = self.faults.extra_length(key, rel)
+        if status == 206 and announce:  # noqa: PLR2004
+            headers["Content-Range"] = f"bytes {start}-{end + extra}/{size + extra}"
+        elif status == 206:  # noqa: PLR2004
             headers["Content-Range"] = f"bytes {start}-{end}/{size}"
-        length = end - start + 1 if size else 0
+        length = (end - start + 1 if size else 0) + extra
         self.send_response(status)
         for k, v in headers.items():
             self.send_header(k, v)
-        self.send_header("Content-Length", str(length))
+        if announce:
+            self.send_header("Content-Length", str(length))
+        else:  # the body ends where the connection does (RFC 9112, 6.3)
+            self.send_header("Connection", "close")
+            self.close_connection = True
         self.end_headers()
         if self.command == "HEAD":
             return None
@@ -555,9 +604,8 @@ class HubHandler(BaseHTTPRequestHandler):
                             self.connection.shutdown(socket.SHUT_RDWR)
                         self.close_connection = True
                         return
-                chunk = f.read(n)
-                if not chunk:
-                    break
+                # Past the end of the file only with extra_bytes: a fixed filler byte.
+                chunk = f.read(n) or b"\xa5" * n
                 self.wfile.write(chunk)
                 sent += len(chunk)
                 self.faults.add_bytes(key, len(chunk))
