@@ -32,6 +32,10 @@ or ``POST /_faults`` with a JSON body; ``GET /_faults`` reads them back):
   fail_revision  {"count": N, "status": 500}   the /api/models/{repo}[/revision] call
   fail_tree      {"count": N, "status": 500}   tree and paths-info calls
   drop_after     {glob: {"bytes": B, "count": N}}  close the socket after B body bytes
+  hold_after     {glob: {"bytes": B, "count": N, "then": "continue"}}  stop after B body bytes
+                 until released (POST /_release, or a reset), then go on, or with
+                 "then": "drop" close the connection; ``held`` in the stats lists the
+                 files stopped now, so a test can act at that point without timing
   ignore_range   {glob: {"count": N}}   answer a GET that has a Range header with 200 and
                  the whole body, as a server or proxy without range support does
   extra_bytes    {glob: {"bytes": B, "count": N, "announce": true}}  B bytes more than the
@@ -39,8 +43,9 @@ or ``POST /_faults`` with a JSON body; ``GET /_faults`` reads them back):
                  says; Content-Length and Content-Range count them, or with "announce": false
                  the body has no length header and ends when the connection closes
 
-``GET /_stats`` returns body bytes sent per file, request counts and the Range
-headers seen; ``POST /_reset`` clears stats and faults.
+``GET /_stats`` returns body bytes sent per file, request counts, the Range
+headers seen and the files held; ``POST /_release`` lets held files go on;
+``POST /_reset`` releases them and clears stats and faults.
 
 CLI: python lab/hub_server.py --root DIR --host 127.0.0.1 --port 8765 [--pidfile F]
 Binds loopback only. Standard library only.
@@ -166,15 +171,25 @@ class Faults:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
+        self.go_on = threading.Event()
         self.reset()
 
+    def release(self) -> None:
+        """Let every held body go on (holds set later wait for the next release)."""
+        with self.lock:
+            go_on, self.go_on = self.go_on, threading.Event()
+        go_on.set()
+
     def reset(self) -> None:
+        self.release()
         with self.lock:
             self.throttle_bps = 0
             self.fail_file: dict[str, dict] = {}
             self.fail_revision: dict = {}
             self.fail_tree: dict = {}
             self.drop_after: dict[str, dict] = {}
+            self.hold_after: dict[str, dict] = {}
+            self.held: list[str] = []
             self.ignore_range: dict[str, dict] = {}
             self.extra_bytes: dict[str, dict] = {}
             self.bytes_sent: dict[str, int] = {}
@@ -186,7 +201,7 @@ class Faults:
         with self.lock:
             if "throttle_bps" in cfg:
                 self.throttle_bps = int(cfg["throttle_bps"] or 0)
-            for name in ("fail_file", "drop_after", "ignore_range", "extra_bytes"):
+            for name in ("fail_file", "drop_after", "hold_after", "ignore_range", "extra_bytes"):
                 if name in cfg:
                     setattr(self, name, {k: dict(v) for k, v in (cfg[name] or {}).items()})
             for name in ("fail_revision", "fail_tree"):
@@ -201,6 +216,7 @@ class Faults:
                 "fail_revision": self.fail_revision,
                 "fail_tree": self.fail_tree,
                 "drop_after": self.drop_after,
+                "hold_after": self.hold_after,
                 "ignore_range": self.ignore_range,
                 "extra_bytes": self.extra_bytes,
             }
@@ -212,6 +228,7 @@ class Faults:
                 "requests": dict(self.requests),
                 "ranges": list(self.ranges),
                 "faults_fired": list(self.faults_fired),
+                "held": list(self.held),
             }
 
     @staticmethod
@@ -255,6 +272,24 @@ class Faults:
                 return int(rule.get("bytes", 0))
         return None
 
+    def hold_limit(self, key: str, rel: str) -> tuple[int, bool, threading.Event] | None:
+        """(bytes before the hold, drop after it, the release to wait for) or None."""
+        with self.lock:
+            rule = self._match(self.hold_after, key, rel)
+            if rule and self._take(rule):
+                drop = rule.get("then", "continue") == "drop"
+                return int(rule.get("bytes", 0)), drop, self.go_on
+        return None
+
+    def hold(self, key: str, go_on: threading.Event) -> None:
+        with self.lock:
+            self.faults_fired.append({"fault": "hold_after", "file": key})
+            self.held.append(key)
+        go_on.wait()
+        with self.lock:
+            if key in self.held:  # a reset in between starts a new list
+                self.held.remove(key)
+
     def range_ignored(self, key: str, rel: str) -> bool:
         with self.lock:
             rule = self._match(self.ignore_range, key, rel)
@@ -293,6 +328,11 @@ class HubHandler(BaseHTTPRequestHandler):
     def log_message(self, fmt, *args) -> None:
         if os.environ.get("HUB_SERVER_VERBOSE"):
             super().log_message(fmt, *args)
+
+    def handle(self) -> None:
+        # A client that resets its kept connection (killed, or done) is not an error here.
+        with contextlib.suppress(ConnectionResetError, BrokenPipeError):
+            super().handle()
 
     # ---- responses -------------------------------------------------------
     def _send(self, status: int, body: bytes = b"", headers: dict | None = None) -> None:
@@ -338,20 +378,29 @@ class HubHandler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         query = parse_qs(url.query)
         path = url.path
+        if path.startswith("/_"):
+            return self._control(path)
+        if path.startswith("/api/models/"):
+            return self._api(path[len("/api/models/") :], query)
+        m = re.match(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$", path)
+        if m and self.command in {"GET", "HEAD"}:
+            return self._resolve(unquote(m.group(1)), unquote(m.group(2)), unquote(m.group(3)))
+        return self._error(404, None, f"No route for {self.command} {path}")
+
+    def _control(self, path: str) -> None:
+        """The test-only endpoints: stats, faults, release, reset."""
         if path == "/_stats":
             return self._json(self.faults.stats())
         if path == "/_faults":
             if self.command == "POST":
                 self.faults.update(json.loads(self._read_body() or b"{}"))
             return self._json(self.faults.config())
+        if path == "/_release" and self.command == "POST":
+            self.faults.release()
+            return self._json({"released": True})
         if path == "/_reset" and self.command == "POST":
             self.faults.reset()
             return self._json({"reset": True})
-        if path.startswith("/api/models/"):
-            return self._api(path[len("/api/models/") :], query)
-        m = re.match(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$", path)
-        if m and self.command in {"GET", "HEAD"}:
-            return self._resolve(unquote(m.group(1)), unquote(m.group(2)), unquote(m.group(3)))
         return self._error(404, None, f"No route for {self.command} {path}")
 
     def _repo(self, repo_id: str, rev: str) -> tuple[Path, dict, str] | None:
@@ -590,12 +639,23 @@ class HubHandler(BaseHTTPRequestHandler):
 
     def _stream(self, fpath: Path, key: str, rel: str, start: int, length: int) -> None:
         drop_at = self.faults.drop_limit(key, rel)
+        hold = self.faults.hold_limit(key, rel)
         sent = 0
         t0 = time.monotonic()
         with fpath.open("rb") as f:
             f.seek(start)
             while sent < length:
                 n = min(CHUNK, length - sent)
+                if hold is not None:
+                    hold_at, drop_after_hold, go_on = hold
+                    n = min(n, hold_at - sent)
+                    if n <= 0:
+                        self.wfile.flush()
+                        self.faults.hold(key, go_on)
+                        hold = None
+                        if drop_after_hold:
+                            drop_at = sent
+                        continue
                 if drop_at is not None:
                     n = min(n, drop_at - sent)
                     if n <= 0:
