@@ -45,16 +45,22 @@ def test_upstream_conf_for_a_port():
         "upstream vllm_active {\n"
         "    server 127.0.0.1:8102 max_fails=0;\n"
         "    keepalive 32;\n"
+        "    # Idle connections go at 2500 ms, half the model server's 5 s keep-alive:\n"
+        "    # reusing one the server has just closed would fail a request.\n"
+        "    keepalive_timeout 2500ms;\n"
         "}\n")
 
 
 def test_upstream_conf_for_a_port_given_as_text_and_no_model_name():
-    assert upstream_conf("8102", host="10.0.0.5") == (
+    assert upstream_conf("8102", host="10.0.0.5", server_keepalive_s=75) == (
         "# vllm-fleet front door: active model ?\n"
         "# Written by vllm_fleet.fleet.vllm_cutover; do not edit.\n"
         "upstream vllm_active {\n"
         "    server 10.0.0.5:8102 max_fails=0;\n"
         "    keepalive 32;\n"
+        "    # Idle connections go at 37500 ms, half the model server's 75 s keep-alive:\n"
+        "    # reusing one the server has just closed would fail a request.\n"
+        "    keepalive_timeout 37500ms;\n"
         "}\n")
 
 
