@@ -1,3 +1,5 @@
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
 """A small Hugging Face Hub-compatible HTTP server for the lab and the tests.
 
 LAB / TEST FIXTURE, NOT PRODUCT CODE. It serves model repositories laid out
@@ -30,9 +32,20 @@ or ``POST /_faults`` with a JSON body; ``GET /_faults`` reads them back):
   fail_revision  {"count": N, "status": 500}   the /api/models/{repo}[/revision] call
   fail_tree      {"count": N, "status": 500}   tree and paths-info calls
   drop_after     {glob: {"bytes": B, "count": N}}  close the socket after B body bytes
+  hold_after     {glob: {"bytes": B, "count": N, "then": "continue"}}  stop after B body bytes
+                 until released (POST /_release, or a reset), then go on, or with
+                 "then": "drop" close the connection; ``held`` in the stats lists the
+                 files stopped now, so a test can act at that point without timing
+  ignore_range   {glob: {"count": N}}   answer a GET that has a Range header with 200 and
+                 the whole body, as a server or proxy without range support does
+  extra_bytes    {glob: {"bytes": B, "count": N, "announce": true}}  B bytes more than the
+                 file holds after its body, as a server whose file is longer than the listing
+                 says; Content-Length and Content-Range count them, or with "announce": false
+                 the body has no length header and ends when the connection closes
 
-``GET /_stats`` returns body bytes sent per file, request counts and the Range
-headers seen; ``POST /_reset`` clears stats and faults.
+``GET /_stats`` returns body bytes sent per file, request counts, the Range
+headers seen and the files held; ``POST /_release`` lets held files go on;
+``POST /_reset`` releases them and clears stats and faults.
 
 CLI: python lab/hub_server.py --root DIR --host 127.0.0.1 --port 8765 [--pidfile F]
 Binds loopback only. Standard library only.
@@ -158,15 +171,27 @@ class Faults:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
+        self.go_on = threading.Event()
         self.reset()
 
+    def release(self) -> None:
+        """Let every held body go on (holds set later wait for the next release)."""
+        with self.lock:
+            go_on, self.go_on = self.go_on, threading.Event()
+        go_on.set()
+
     def reset(self) -> None:
+        self.release()
         with self.lock:
             self.throttle_bps = 0
             self.fail_file: dict[str, dict] = {}
             self.fail_revision: dict = {}
             self.fail_tree: dict = {}
             self.drop_after: dict[str, dict] = {}
+            self.hold_after: dict[str, dict] = {}
+            self.held: list[str] = []
+            self.ignore_range: dict[str, dict] = {}
+            self.extra_bytes: dict[str, dict] = {}
             self.bytes_sent: dict[str, int] = {}
             self.requests: dict[str, int] = {}
             self.ranges: list[dict] = []
@@ -176,7 +201,7 @@ class Faults:
         with self.lock:
             if "throttle_bps" in cfg:
                 self.throttle_bps = int(cfg["throttle_bps"] or 0)
-            for name in ("fail_file", "drop_after"):
+            for name in ("fail_file", "drop_after", "hold_after", "ignore_range", "extra_bytes"):
                 if name in cfg:
                     setattr(self, name, {k: dict(v) for k, v in (cfg[name] or {}).items()})
             for name in ("fail_revision", "fail_tree"):
@@ -191,6 +216,9 @@ class Faults:
                 "fail_revision": self.fail_revision,
                 "fail_tree": self.fail_tree,
                 "drop_after": self.drop_after,
+                "hold_after": self.hold_after,
+                "ignore_range": self.ignore_range,
+                "extra_bytes": self.extra_bytes,
             }
 
     def stats(self) -> dict:
@@ -200,6 +228,7 @@ class Faults:
                 "requests": dict(self.requests),
                 "ranges": list(self.ranges),
                 "faults_fired": list(self.faults_fired),
+                "held": list(self.held),
             }
 
     @staticmethod
@@ -243,6 +272,41 @@ class Faults:
                 return int(rule.get("bytes", 0))
         return None
 
+    def hold_limit(self, key: str, rel: str) -> tuple[int, bool, threading.Event] | None:
+        """(bytes before the hold, drop after it, the release to wait for) or None."""
+        with self.lock:
+            rule = self._match(self.hold_after, key, rel)
+            if rule and self._take(rule):
+                drop = rule.get("then", "continue") == "drop"
+                return int(rule.get("bytes", 0)), drop, self.go_on
+        return None
+
+    def hold(self, key: str, go_on: threading.Event) -> None:
+        with self.lock:
+            self.faults_fired.append({"fault": "hold_after", "file": key})
+            self.held.append(key)
+        go_on.wait()
+        with self.lock:
+            if key in self.held:  # a reset in between starts a new list
+                self.held.remove(key)
+
+    def range_ignored(self, key: str, rel: str) -> bool:
+        with self.lock:
+            rule = self._match(self.ignore_range, key, rel)
+            if rule and self._take(rule):
+                self.faults_fired.append({"fault": "ignore_range", "file": key})
+                return True
+        return False
+
+    def extra_length(self, key: str, rel: str) -> tuple[int, bool]:
+        """(bytes to send past the end of the file, whether the headers announce them)."""
+        with self.lock:
+            rule = self._match(self.extra_bytes, key, rel)
+            if rule and self._take(rule):
+                self.faults_fired.append({"fault": "extra_bytes", "file": key})
+                return int(rule.get("bytes", 0)), bool(rule.get("announce", True))
+        return 0, True
+
     def count_request(self, key: str, rng: str | None) -> None:
         with self.lock:
             self.requests[key] = self.requests.get(key, 0) + 1
@@ -264,6 +328,11 @@ class HubHandler(BaseHTTPRequestHandler):
     def log_message(self, fmt, *args) -> None:
         if os.environ.get("HUB_SERVER_VERBOSE"):
             super().log_message(fmt, *args)
+
+    def handle(self) -> None:
+        # A client that resets its kept connection (killed, or done) is not an error here.
+        with contextlib.suppress(ConnectionResetError, BrokenPipeError):
+            super().handle()
 
     # ---- responses -------------------------------------------------------
     def _send(self, status: int, body: bytes = b"", headers: dict | None = None) -> None:
@@ -309,20 +378,29 @@ class HubHandler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         query = parse_qs(url.query)
         path = url.path
+        if path.startswith("/_"):
+            return self._control(path)
+        if path.startswith("/api/models/"):
+            return self._api(path[len("/api/models/") :], query)
+        m = re.match(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$", path)
+        if m and self.command in {"GET", "HEAD"}:
+            return self._resolve(unquote(m.group(1)), unquote(m.group(2)), unquote(m.group(3)))
+        return self._error(404, None, f"No route for {self.command} {path}")
+
+    def _control(self, path: str) -> None:
+        """The test-only endpoints: stats, faults, release, reset."""
         if path == "/_stats":
             return self._json(self.faults.stats())
         if path == "/_faults":
             if self.command == "POST":
                 self.faults.update(json.loads(self._read_body() or b"{}"))
             return self._json(self.faults.config())
+        if path == "/_release" and self.command == "POST":
+            self.faults.release()
+            return self._json({"released": True})
         if path == "/_reset" and self.command == "POST":
             self.faults.reset()
             return self._json({"reset": True})
-        if path.startswith("/api/models/"):
-            return self._api(path[len("/api/models/") :], query)
-        m = re.match(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$", path)
-        if m and self.command in {"GET", "HEAD"}:
-            return self._resolve(unquote(m.group(1)), unquote(m.group(2)), unquote(m.group(3)))
         return self._error(404, None, f"No route for {self.command} {path}")
 
     def _repo(self, repo_id: str, rev: str) -> tuple[Path, dict, str] | None:
@@ -481,6 +559,29 @@ class HubHandler(BaseHTTPRequestHandler):
             return True
         return False
 
+    def _span(self, size: int, rng: str | None) -> tuple[int, int, int] | None:
+        """(first byte, last byte, status) a Range header asks for; None once a 416 is sent."""
+        start, end = 0, size - 1
+        if not rng:
+            return start, end, 200
+        m = _RANGE_RE.match(rng.strip())
+        if not m or (m.group(1) == "" and m.group(2) == ""):
+            self._error(416, None, f"Bad range {rng}")
+            return None
+        if m.group(1) == "":
+            start = max(0, size - int(m.group(2)))
+        else:
+            start = int(m.group(1))
+            if m.group(2):
+                end = min(int(m.group(2)), size - 1)
+        if start >= size or start > end:
+            self.send_response(416)
+            self.send_header("Content-Range", f"bytes */{size}")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return None
+        return start, end, 206
+
     def _resolve(self, repo_id: str, rev: str, rel: str) -> None:  # noqa: C901, PLR0911, PLR0912
         found = self._repo(repo_id, rev)
         if found is None:
@@ -507,31 +608,28 @@ class HubHandler(BaseHTTPRequestHandler):
         if "lfs" in entry:
             headers["X-Linked-Etag"] = f'"{entry["etag"]}"'
             headers["X-Linked-Size"] = str(size)
-        start, end, status = 0, size - 1, 200
         rng = self.headers.get("Range")
-        if rng:
-            m = _RANGE_RE.match(rng.strip())
-            if not m or (m.group(1) == "" and m.group(2) == ""):
-                return self._error(416, None, f"Bad range {rng}")
-            if m.group(1) == "":
-                start = max(0, size - int(m.group(2)))
-            else:
-                start = int(m.group(1))
-                if m.group(2):
-                    end = min(int(m.group(2)), size - 1)
-            if start >= size or start > end:
-                self.send_response(416)
-                self.send_header("Content-Range", f"bytes */{size}")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return None
-            status = 206
+        ignore = bool(rng) and self.command == "GET" and self.faults.range_ignored(key, rel)
+        span = self._span(size, None if ignore else rng)
+        if span is None:
+            return None
+        start, end, status = span
+        extra, announce = (0, True)
+        if self.command == "GET":
+            extra, announce = self.faults.extra_length(key, rel)
+        if status == 206 and announce:  # noqa: PLR2004
+            headers["Content-Range"] = f"bytes {start}-{end + extra}/{size + extra}"
+        elif status == 206:  # noqa: PLR2004
             headers["Content-Range"] = f"bytes {start}-{end}/{size}"
-        length = end - start + 1 if size else 0
+        length = (end - start + 1 if size else 0) + extra
         self.send_response(status)
         for k, v in headers.items():
             self.send_header(k, v)
-        self.send_header("Content-Length", str(length))
+        if announce:
+            self.send_header("Content-Length", str(length))
+        else:  # the body ends where the connection does (RFC 9112, 6.3)
+            self.send_header("Connection", "close")
+            self.close_connection = True
         self.end_headers()
         if self.command == "HEAD":
             return None
@@ -541,12 +639,23 @@ class HubHandler(BaseHTTPRequestHandler):
 
     def _stream(self, fpath: Path, key: str, rel: str, start: int, length: int) -> None:
         drop_at = self.faults.drop_limit(key, rel)
+        hold = self.faults.hold_limit(key, rel)
         sent = 0
         t0 = time.monotonic()
         with fpath.open("rb") as f:
             f.seek(start)
             while sent < length:
                 n = min(CHUNK, length - sent)
+                if hold is not None:
+                    hold_at, drop_after_hold, go_on = hold
+                    n = min(n, hold_at - sent)
+                    if n <= 0:
+                        self.wfile.flush()
+                        self.faults.hold(key, go_on)
+                        hold = None
+                        if drop_after_hold:
+                            drop_at = sent
+                        continue
                 if drop_at is not None:
                     n = min(n, drop_at - sent)
                     if n <= 0:
@@ -555,9 +664,8 @@ class HubHandler(BaseHTTPRequestHandler):
                             self.connection.shutdown(socket.SHUT_RDWR)
                         self.close_connection = True
                         return
-                chunk = f.read(n)
-                if not chunk:
-                    break
+                # Past the end of the file only with extra_bytes: a fixed filler byte.
+                chunk = f.read(n) or b"\xa5" * n
                 self.wfile.write(chunk)
                 sent += len(chunk)
                 self.faults.add_bytes(key, len(chunk))

@@ -1,3 +1,5 @@
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
 """The front door: nginx on one stable port, proxying to the active model.
 
 The cutover points it at a model's port, or at nothing (while no model is
@@ -18,16 +20,44 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import url
 UPSTREAM_NAME = "vllm_active"
 HTTP_OK = 200
 HTTP_UNAVAILABLE = 503
+# How long vLLM's HTTP server (uvicorn) keeps an idle connection open: vLLM passes
+# VLLM_HTTP_TIMEOUT_KEEP_ALIVE, 5 s unless set, as uvicorn's timeout_keep_alive
+# (vllm/envs.py; vllm/entrypoints/launchers/api_server/entry.py in vLLM 0.32.0).
+VLLM_KEEPALIVE_S = 5.0
 
 
-def upstream_conf(port=None, host="127.0.0.1", model=None):
-    """The include file: one upstream, pointing at the model or at nothing."""
+def keepalive_timeout_ms(server_keepalive_s):
+    """nginx's idle time for kept upstream connections: half the model server's.
+
+    A connection must leave nginx's cache before the server closes it; otherwise a
+    request sent on it as the server's idle timer fires meets the close and fails.
+    The front door never replays a request (proxy_next_upstream off), so the client
+    would get the 503 that says a model switch is in progress when none is. Half
+    leaves the two clocks (nginx starts counting when it has read the answer, the
+    server when it has sent it) a margin of half the server's timeout; reuse still
+    pays off where it matters, for requests that come more often than that.
+    """
+    return max(1, int(server_keepalive_s * 1000) // 2)
+
+
+def upstream_conf(port=None, host="127.0.0.1", model=None, server_keepalive_s=VLLM_KEEPALIVE_S):
+    """The include file: one upstream, pointing at the model or at nothing.
+
+    `server_keepalive_s` is how long the model server keeps an idle connection open
+    (vLLM's VLLM_HTTP_TIMEOUT_KEEP_ALIVE); nginx drops idle ones after half of it.
+    """
     if port is None:
         body = ("    # No model is active: every request gets the 503 of @vllm_unavailable.\n"
                 "    server 127.0.0.1:9 down;\n")
         head = "# vllm-fleet front door: no active model\n"
     else:
-        body = f"    server {host}:{int(port)} max_fails=0;\n    keepalive 32;\n"
+        timeout_ms = keepalive_timeout_ms(server_keepalive_s)
+        body = (f"    server {host}:{int(port)} max_fails=0;\n"
+                "    keepalive 32;\n"
+                f"    # Idle connections go at {timeout_ms} ms, half the model server's "
+                f"{server_keepalive_s:g} s keep-alive:\n"
+                "    # reusing one the server has just closed would fail a request.\n"
+                f"    keepalive_timeout {timeout_ms}ms;\n")
         head = f"# vllm-fleet front door: active model {model or '?'}\n"
     return (head + "# Written by vllm_fleet.fleet.vllm_cutover; do not edit.\n"
             f"upstream {UPSTREAM_NAME} {{\n{body}}}\n")

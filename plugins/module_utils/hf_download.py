@@ -1,5 +1,5 @@
-# Copyright: vllm-fleet contributors
-# Apache License 2.0
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
 """Resumable, verified download of a Hugging Face model repo into a local directory.
 
 huggingface_hub does what it does well: revision resolution (model_info), file
@@ -53,6 +53,7 @@ LOCK_NAME = os.path.join(STATE_DIR, "lock")
 CHUNK = 1024 * 1024
 MANIFEST_VERSION = 1
 _SHA_RE = re.compile(r"^[0-9a-f]{40}$")
+_CONTENT_RANGE_RE = re.compile(r"^bytes\s+(\d+)-(\d+)/(\d+)$")
 
 
 class DownloadError(Exception):
@@ -607,18 +608,24 @@ class HfDownloader(object):
                 self.hub.utils.hf_raise_for_status(resp)
             mode = "ab"
             if have and resp.status_code != 206:  # noqa: PLR2004 - server ignored Range
+                # A 200 carries the file from byte 0: appending it to the partial would
+                # put the first `have` bytes twice. Start the partial again.
                 h, have = new_hasher(rf.algorithm, rf.size), 0
                 progress.add(-state["have"])
                 mode = "wb"
+            self._check_announced_size(resp, rf, have)
             state["hasher"], state["have"] = h, have
             with open(part, mode) as out:
                 for chunk in resp.iter_bytes(CHUNK):
                     if self.cancel.is_set():
                         raise DownloadError("cancelled")
                     if have + len(chunk) > rf.size:
+                        out.close()
+                        os.remove(part)
                         raise DownloadError(
-                            "%s: the server sent more than the %d bytes the Hub lists"
-                            % (rf.path, rf.size)
+                            "%s: the Hub lists %d bytes, the server sent at least %d (no "
+                            "Content-Length); the partial was removed and nothing is kept"
+                            % (rf.path, rf.size, have + len(chunk))
                         )
                     out.write(chunk)
                     h.update(chunk)
@@ -634,6 +641,40 @@ class HfDownloader(object):
                 "%s: connection ended at %d of %d bytes" % (rf.path, have, rf.size)
             )
         return written
+
+    @staticmethod
+    def _check_announced_size(resp, rf, have):
+        """Fail before writing a byte when the answer's headers give the file another size.
+
+        `have` is where the body must start in the file: the partial's length for a 206, 0
+        for a 200. The size the server gives is Content-Range's total (206) or Content-Length
+        (200, when the body is not content-encoded); it must be the size the Hub lists. A 206
+        may carry less than was asked (RFC 9110, 14.4), so only its total is compared.
+        """
+        found, how = None, None
+        if resp.status_code == 206:  # noqa: PLR2004
+            header = resp.headers.get("Content-Range", "").strip()
+            content_range = _CONTENT_RANGE_RE.match(header)
+            if content_range and int(content_range.group(1)) != have:
+                raise DownloadError(
+                    "%s: asked for the bytes from %d, the server sent a range from %s "
+                    "(Content-Range %s); nothing of this answer was written"
+                    % (rf.path, have, content_range.group(1), header)
+                )
+            if content_range and int(content_range.group(3)) != rf.size:
+                found, how = int(content_range.group(3)), "Content-Range %s" % header
+        else:
+            length = resp.headers.get("Content-Length", "").strip()
+            encoding = resp.headers.get("Content-Encoding", "identity").strip().lower()
+            if encoding in ("", "identity") and length.isdigit() and int(length) != rf.size:
+                found, how = int(length), "Content-Length"
+        if found is not None:
+            raise DownloadError(
+                "%s: the Hub lists %d bytes, the server sends %d (%s); nothing of this "
+                "answer was written" % (rf.path, rf.size, found, how),
+                size_listed=rf.size,
+                size_found=found,
+            )
 
     def _fetch_to_partial(self, session, sha, rf, progress):
         """Fetch rf into its partial (resuming); returns (bytes written, actual hash)."""
@@ -923,12 +964,20 @@ class HfDownloader(object):
         return result
 
     def _final_check(self, remote):
-        """Never report ok with a missing or short file."""
+        """Never report ok with a missing or short file (another writer may have changed one)."""
         for rf in remote:
-            got = file_size(os.path.join(self.local_dir, rf.path))
+            local = os.path.join(self.local_dir, rf.path)
+            if not os.path.isfile(local):
+                raise DownloadError(
+                    "%s is missing from %s at the end of the run (the Hub lists %d bytes); "
+                    "something else removed it: run again to fetch it"
+                    % (rf.path, self.local_dir, rf.size)
+                )
+            got = file_size(local)
             if got != rf.size:
                 raise DownloadError(
-                    "%s is %d bytes on disk, the Hub lists %d" % (rf.path, got, rf.size)
+                    "%s is %d bytes on disk at the end of the run, the Hub lists %d; something "
+                    "else changed it: run again to fetch it" % (rf.path, got, rf.size)
                 )
 
 

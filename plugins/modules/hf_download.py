@@ -1,6 +1,6 @@
 #!/usr/bin/python
-# Copyright: vllm-fleet contributors
-# Apache License 2.0
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
 
 from __future__ import absolute_import, division, print_function
 
@@ -15,7 +15,9 @@ description:
   - Resolves O(revision) to its commit sha with huggingface_hub, fetches every file of the repo
     (filtered by O(allow_patterns) / O(ignore_patterns)) into O(local_dir) with HTTP Range into a
     stable per-file partial under C(<local_dir>/.cache/vllm-fleet/partial/), so a killed run
-    resumes inside the file.
+    resumes inside the file. A server that answers a Range request with the whole file (200)
+    restarts the partial from byte 0; a server whose answer is longer or shorter than the size
+    the Hub lists fails the task naming the file and both sizes, before writing that answer.
   - Retries 5xx answers and connection errors with exponential backoff.
   - Verifies every file's size and sha256 (LFS files) or git blob id (others) against the Hub's
     metadata at that revision; a mismatching file is deleted and fetched once more, then the task

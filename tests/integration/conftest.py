@@ -1,3 +1,5 @@
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
 """Fixtures for the integration tests: lab/hub_server.py on loopback serving small repos.
 
 The server is a purpose-built test fixture (see its header); the repos hold random bytes
@@ -7,6 +9,7 @@ generated once per session from a fixed seed, so every figure is reproducible.
 import json
 import random
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -76,6 +79,10 @@ class Hub:
         with urllib.request.urlopen(self.url + "/_stats", timeout=5) as r:
             return json.loads(r.read())
 
+    def release(self) -> None:
+        """Let the bodies a hold_after fault stopped go on."""
+        self.server.faults.release()
+
     def reset(self) -> None:
         self.server.faults.reset()
 
@@ -119,3 +126,20 @@ def download(hub):
         return HfDownloader(repo_id=repo_id, local_dir=str(local_dir), **kw).run()
 
     return _run
+
+
+@pytest.fixture
+def wait_until():
+    """Poll check() until it is true; fail naming `what` after `timeout` seconds.
+
+    Only for states that last until the test itself moves on (a transfer the Hub holds,
+    a run blocked on the lock): the deadline bounds a hang and never decides a pass.
+    """
+
+    def _wait(check, what, timeout=30.0):
+        deadline = time.monotonic() + timeout
+        while not check():
+            assert time.monotonic() < deadline, f"waited {timeout} s for {what}"
+            time.sleep(0.01)
+
+    return _wait

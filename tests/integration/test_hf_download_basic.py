@@ -1,10 +1,12 @@
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
 """hf_download against lab/hub_server.py: fetch, verify, manifest, check mode, lock, progress."""
 
+import contextlib
 import hashlib
 import json
 import os
 import threading
-import time
 
 import pytest
 
@@ -16,6 +18,8 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.hf_download impor
 )
 
 SMALL = "org/small"
+SHARD1 = "model-00001-of-00002.safetensors"
+MiB = 1024 * 1024
 
 
 def _same_bytes(hub, repo, local, rel):
@@ -150,53 +154,81 @@ def test_orphans_of_huggingface_hub_are_removed(hub, download, tmp_path):
     assert not stale.exists()
 
 
-def test_second_concurrent_run_waits_and_fetches_nothing(hub, download, tmp_path):
+def _blocked_on(path):
+    """Whether some open file waits for the flock on `path` (a "->" line of /proc/locks)."""
+    st = os.stat(path)
+    dev_ino = "%02x:%02x:%d" % (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
+    with open("/proc/locks") as f:
+        return any(line.split()[1] == "->" and dev_ino in line.split() for line in f)
+
+
+def test_second_concurrent_run_waits_and_fetches_nothing(hub, download, tmp_path, wait_until):
+    # The Hub holds the first run half way through a shard, so it holds the lock; the
+    # second run starts then, and the first goes on once the second waits on the lock.
     local = tmp_path / "m"
-    hub.faults(throttle_bps=40 * 1024 * 1024)
+    hub.faults(hold_after={SHARD1: {"bytes": 4 * MiB, "count": 1}})
     results = {}
-
-    def first():
-        results["a"] = download(SMALL, local)
-
-    t = threading.Thread(target=first)
-    t.start()
-    time.sleep(0.3)
-    results["b"] = download(SMALL, local)
-    t.join()
+    first = threading.Thread(target=lambda: results.update(a=download(SMALL, local)))
+    first.start()
+    wait_until(lambda: hub.stats()["held"] == [f"{SMALL}/{SHARD1}"], "the first run held")
+    second = threading.Thread(target=lambda: results.update(b=download(SMALL, local)))
+    second.start()
+    wait_until(lambda: _blocked_on(local / hf_download.LOCK_NAME), "the second run to wait")
+    hub.release()
+    first.join()
+    second.join()
     total = sum(hub.sizes[SMALL].values())
     assert results["a"]["bytes_downloaded"] == total
     assert results["b"]["bytes_downloaded"] == 0
     assert results["b"]["changed"] is False
-    assert results["b"]["lock_waited_seconds"] > 0.05
+    assert results["b"]["lock_waited_seconds"] > 0
     assert sum(hub.stats()["bytes_sent"].values()) == total
 
 
-def test_progress_file_reports_done_total_rate_eta(hub, download, tmp_path):
+def test_progress_file_reports_done_total_rate_eta(hub, download, tmp_path, wait_until):
+    # The Hub holds SHARD1 after 6 MiB; every other file completes. The progress file then
+    # shows a state that lasts until the test lets the shard go on.
     local = tmp_path / "m"
     progress = tmp_path / "progress.json"
-    hub.faults(throttle_bps=30 * 1024 * 1024)
-    seen = []
-    stop = threading.Event()
+    total = sum(hub.sizes[SMALL].values())
+    held_at = total - hub.sizes[SMALL][SHARD1] + 6 * MiB
+    hub.faults(hold_after={SHARD1: {"bytes": 6 * MiB, "count": 1}})
+    results = {}
+    run = threading.Thread(
+        target=lambda: results.update(
+            r=download(
+                SMALL, local, progress_file=str(progress), progress_interval=0.1, max_workers=2
+            )
+        )
+    )
+    run.start()
 
-    def watch():
-        while not stop.is_set():
-            if progress.exists():
-                seen.append(json.loads(progress.read_text()))
-            time.sleep(0.1)
+    def snapshot():
+        with contextlib.suppress(OSError, ValueError):
+            return json.loads(progress.read_text())
+        return {}
 
-    w = threading.Thread(target=watch)
-    w.start()
+    def held_state(snap):
+        files = len(hub.sizes[SMALL])
+        return (snap.get("bytes_done"), snap.get("files_done")) == (held_at, files - 1)
+
     try:
-        download(SMALL, local, progress_file=str(progress), progress_interval=0.1, max_workers=2)
+        wait_until(lambda: held_state(snapshot()), f"{held_at} bytes and all files but one done")
+        middle = snapshot()
     finally:
-        stop.set()
-        w.join()
+        hub.release()
+        run.join()
+    assert middle["state"] == "downloading"
+    assert middle["bytes_total"] == total
+    assert held_state(middle)
+    assert middle["files_total"] == len(hub.sizes[SMALL])
+    assert middle["rate_bytes_per_s"] > 0
+    # bytes left at the rate so far (the file's rate is rounded down to whole bytes/s)
+    assert abs(middle["eta_seconds"] - (total - held_at) / middle["rate_bytes_per_s"]) <= 1
     final = json.loads(progress.read_text())
     assert final["state"] == "done"
-    assert final["bytes_done"] == final["bytes_total"] == sum(hub.sizes[SMALL].values())
-    middle = [s for s in seen if 0 < s["bytes_done"] < s["bytes_total"]]
-    assert middle, "no progress snapshot taken mid-download"
-    assert all(s["rate_bytes_per_s"] > 0 and s["eta_seconds"] is not None for s in middle[1:])
+    assert final["bytes_done"] == final["bytes_total"] == total
+    assert results["r"]["bytes_downloaded"] == total
 
 
 def test_empty_pattern_match_is_an_error(hub, download, tmp_path):

@@ -1,16 +1,23 @@
-"""Issue 4, Must show 2: SIGKILL half way through a large file, run again, resume inside it."""
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
+"""Issue 4, Must show 2: SIGKILL half way through a large file, run again, resume inside it.
+
+The Hub stops sending at half the file and holds the connection (its hold_after fault), so
+the kill lands inside the file once every byte sent is on disk: no timing decides where.
+"""
 
 import json
 import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("huggingface_hub")
+
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.hf_download import CHUNK
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 BIG = "org/big"
@@ -35,25 +42,33 @@ def _run_download(hub, local, env):
     )
 
 
-def test_sigkill_half_way_then_resume_inside_the_file(hub, tmp_path):
+def test_sigkill_half_way_then_resume_inside_the_file(hub, tmp_path, wait_until):
     size = hub.sizes[BIG][SHARD]
     key = f"{BIG}/{SHARD}"
+    # Half the file in whole client reads (the downloader writes what it reads in CHUNKs).
+    half = size // 2 // CHUNK * CHUNK
     env = dict(os.environ, PYTHONPATH=str(ROOT / "collections"), HF_HOME=str(tmp_path / "hf"))
     local = tmp_path / "m"
-    hub.faults(throttle_bps=32 * 1024 * 1024)  # 48 MiB in ~1.5 s: room to kill mid-file
+    partial_dir = local / ".cache/vllm-fleet/partial"
+    hub.faults(hold_after={SHARD: {"bytes": half, "count": 1, "then": "drop"}})
     proc = _run_download(hub, local, env)
-    deadline = time.monotonic() + 30
-    while hub.stats()["bytes_sent"].get(key, 0) < size // 2:
+
+    def half_on_disk():
         assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+        shard = [p.stat().st_size for p in partial_dir.glob(f"{SHARD}.*.partial")]
+        return shard == [half] and (local / "config.json").is_file()
+
+    wait_until(half_on_disk, f"{half} bytes of {SHARD} on disk and config.json in place")
+    assert hub.stats()["held"] == [key]
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     first_sent = hub.stats()["bytes_sent"][key]
-    assert first_sent < size  # killed inside the file
-    partials = list((local / ".cache/vllm-fleet/partial").glob("*.partial"))
+    assert first_sent == half < size  # killed inside the file
+    partials = list(partial_dir.glob("*.partial"))
     assert len(partials) == 1
+    assert partials[0].name.startswith(f"{SHARD}.")
     kept = partials[0].stat().st_size
+    assert kept == half
 
     hub.reset()
     proc = _run_download(hub, local, env)

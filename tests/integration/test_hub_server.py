@@ -1,3 +1,5 @@
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
 """lab/hub_server.py against the real huggingface_hub 2.4 client (and raw HTTP for Range/faults)."""
 
 import hashlib
@@ -5,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -155,6 +158,51 @@ def test_fault_drop_after_closes_mid_body(hub):
     with pytest.raises(Exception):  # noqa: B017, PT011 - http.client raises IncompleteRead
         _get(url)
     assert hub.stats()["bytes_sent"]["org/small/model-00001-of-00002.safetensors"] == 300000
+
+
+def test_fault_ignore_range_answers_200_with_the_whole_file(hub):
+    hub.faults(ignore_range={"config.json": {"count": 1}})
+    url = hub.url + "/org/small/resolve/main/config.json"
+    full = (hub.root / "org/small/config.json").read_bytes()
+    status, headers, body = _get(url, {"Range": "bytes=10-"})
+    assert (status, body) == (200, full)
+    assert "Content-Range" not in headers
+    status, headers, body = _get(url, {"Range": "bytes=10-"})  # count spent: ranges again
+    assert (status, body, headers["Content-Range"]) == (
+        206,
+        full[10:],
+        f"bytes 10-{len(full) - 1}/{len(full)}",
+    )
+
+
+@pytest.mark.parametrize("announce", [True, False])
+def test_fault_extra_bytes_sends_more_than_the_file(hub, announce):
+    hub.faults(extra_bytes={"README.md": {"bytes": 5, "count": 1, "announce": announce}})
+    status, headers, body = _get(hub.url + "/org/small/resolve/main/README.md")
+    assert (status, body) == (200, b"# small\n" + b"\xa5" * 5)
+    if announce:
+        assert headers["Content-Length"] == "13"
+    else:
+        assert "Content-Length" not in headers
+        assert headers["Connection"] == "close"
+
+
+def test_fault_hold_after_stops_the_body_until_released(hub, wait_until):
+    rel = "model-00001-of-00002.safetensors"
+    key = f"org/small/{rel}"
+    hub.faults(hold_after={rel: {"bytes": 200_000, "count": 1}})
+    got = {}
+    reader = threading.Thread(
+        target=lambda: got.update(answer=_get(hub.url + f"/org/small/resolve/main/{rel}"))
+    )
+    reader.start()
+    wait_until(lambda: hub.stats()["held"] == [key], "the body held")
+    assert hub.stats()["bytes_sent"][key] == 200_000
+    assert reader.is_alive()
+    hub.release()
+    reader.join()
+    assert got["answer"][2] == (hub.root / "org/small" / rel).read_bytes()
+    assert hub.stats()["held"] == []
 
 
 def test_throttle_limits_rate(hub):

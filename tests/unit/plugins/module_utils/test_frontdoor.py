@@ -1,4 +1,5 @@
-# Copyright 2026 vllm-fleet contributors
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
 """The front door (nginx upstream switch), vLLM's /metrics and the drain.
 
 nginx and the model servers are the fake host's (unit/fake_host.py): `nginx -t`
@@ -24,6 +25,8 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import 
     upstream_conf,
     write_atomic,
 )
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import HttpResult
+from repo_paths import FIXTURES
 
 from unit.fake_host import CONN_REFUSED, FRONTDOOR_503, NGINX_CONF, FakeHost
 
@@ -42,16 +45,22 @@ def test_upstream_conf_for_a_port():
         "upstream vllm_active {\n"
         "    server 127.0.0.1:8102 max_fails=0;\n"
         "    keepalive 32;\n"
+        "    # Idle connections go at 2500 ms, half the model server's 5 s keep-alive:\n"
+        "    # reusing one the server has just closed would fail a request.\n"
+        "    keepalive_timeout 2500ms;\n"
         "}\n")
 
 
 def test_upstream_conf_for_a_port_given_as_text_and_no_model_name():
-    assert upstream_conf("8102", host="10.0.0.5") == (
+    assert upstream_conf("8102", host="10.0.0.5", server_keepalive_s=75) == (
         "# vllm-fleet front door: active model ?\n"
         "# Written by vllm_fleet.fleet.vllm_cutover; do not edit.\n"
         "upstream vllm_active {\n"
         "    server 10.0.0.5:8102 max_fails=0;\n"
         "    keepalive 32;\n"
+        "    # Idle connections go at 37500 ms, half the model server's 75 s keep-alive:\n"
+        "    # reusing one the server has just closed would fail a request.\n"
+        "    keepalive_timeout 37500ms;\n"
         "}\n")
 
 
@@ -365,3 +374,58 @@ def test_drain_server_that_dies_while_draining():
     outcome = drain(BLUE_URL, 60.0, request=request, clock=host.clock, sleep=host.sleep)
     assert outcome == {"drained": True, "seconds": 0.4, "running": 0, "waiting": 0,
                        "note": f"/metrics answered {CONN_REFUSED}"}
+
+
+# -- drain against real /metrics pages (tests/fixtures/vllm_metrics/SOURCE.md) --------------
+
+VLLM_METRICS_DIR = FIXTURES / "vllm_metrics"
+IDLE_0_32 = (VLLM_METRICS_DIR / "vllm-0.32.0-cpu-tiny-gqa-idle.txt").read_text()
+STALLED = (VLLM_METRICS_DIR / "vllm-metal-479-stalled-excerpt.txt").read_text()
+
+
+class Scripted:
+    """/metrics answers in order (the last one repeats), on a clock that sleep() advances."""
+
+    def __init__(self, *pages):
+        self.pages = list(pages)
+        self.now = 0.0
+        self.urls = []
+
+    def request(self, method, url, payload=None, timeout=10.0):
+        self.urls.append((method, url))
+        page = self.pages.pop(0) if len(self.pages) > 1 else self.pages[0]
+        return HttpResult(200, page)
+
+    def clock(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now = round(self.now + seconds, 6)
+
+
+def test_parse_metrics_reads_a_real_vllm_0_32_page():
+    assert "vllm:num_requests_waiting_by_reason" in IDLE_0_32
+    assert parse_metrics(IDLE_0_32) == {"vllm:num_requests_running": 0.0,
+                                        "vllm:num_requests_waiting": 0.0}
+
+
+def test_parse_metrics_reads_a_stalled_engine_and_leaves_waiting_by_reason_apart():
+    # waiting_by_reason sums to waiting: adding it in would read 12 waiting, not 6.
+    assert parse_metrics(STALLED) == {"vllm:num_requests_running": 0.0,
+                                      "vllm:num_requests_waiting": 6.0}
+
+
+def test_drain_waits_for_waiting_requests_while_none_is_running():
+    server = Scripted(STALLED, STALLED, IDLE_0_32)
+    outcome = drain(BLUE_URL, 60.0, request=server.request, clock=server.clock,
+                    sleep=server.sleep)
+    assert outcome == {"drained": True, "seconds": 0.4, "running": 0, "waiting": 0}
+    assert server.urls == [("GET", BLUE_URL + "/metrics")] * 3
+
+
+def test_drain_of_a_stalled_engine_times_out_with_its_waiting_requests():
+    server = Scripted(STALLED)
+    outcome = drain(BLUE_URL, 1.0, request=server.request, clock=server.clock,
+                    sleep=server.sleep, interval_s=0.25)
+    assert outcome == {"drained": False, "seconds": 1.0, "running": 0, "waiting": 6}
+    assert len(server.urls) == 5

@@ -1,3 +1,5 @@
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
 """Pure parts of module_utils/hf_download.py (no server)."""
 
 import hashlib
@@ -122,3 +124,76 @@ def test_read_token_prefers_option_and_reads_file(tmp_path):
     assert m.read_token(None, None) is None
     with pytest.raises(m.DownloadError, match="cannot read token_file"):
         m.read_token(None, str(tmp_path / "missing"))
+
+
+class _Answer:
+    """The two attributes of an httpx response that the size check reads (synthetic)."""
+
+    def __init__(self, status_code, **headers):
+        self.status_code = status_code
+        self.headers = {k.replace("_", "-"): v for k, v in headers.items()}
+
+
+SHARD = m.RemoteFile("model.safetensors", 1000, "b" * 40, "c" * 64)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        _Answer(200, Content_Length="1000"),
+        _Answer(206, Content_Range="bytes 400-999/1000", Content_Length="600"),
+        # A 206 may carry less than asked (RFC 9110, 14.4): the connection loop asks again.
+        _Answer(206, Content_Range="bytes 400-499/1000", Content_Length="100"),
+        # A compressed body's Content-Length counts compressed bytes: not the file's size.
+        _Answer(200, Content_Length="310", Content_Encoding="gzip"),
+        _Answer(200),  # no length: counted while it streams
+    ],
+    ids=["200", "206", "206-short", "gzip", "no-length"],
+)
+def test_announced_size_that_fits_the_listing_passes(answer):
+    have = 400 if answer.status_code == 206 else 0
+    assert m.HfDownloader._check_announced_size(answer, SHARD, have) is None
+
+
+@pytest.mark.parametrize(
+    ("answer", "have", "msg"),
+    [
+        (
+            _Answer(200, Content_Length="1001"),
+            0,
+            (
+                "model.safetensors: the Hub lists 1000 bytes, the server sends 1001 "
+                "(Content-Length); nothing of this answer was written"
+            ),
+        ),
+        (
+            _Answer(200, Content_Length="999"),
+            0,
+            (
+                "model.safetensors: the Hub lists 1000 bytes, the server sends 999 "
+                "(Content-Length); nothing of this answer was written"
+            ),
+        ),
+        (
+            _Answer(206, Content_Range="bytes 400-1499/1500"),
+            400,
+            (
+                "model.safetensors: the Hub lists 1000 bytes, the server sends 1500 "
+                "(Content-Range bytes 400-1499/1500); nothing of this answer was written"
+            ),
+        ),
+        (
+            _Answer(206, Content_Range="bytes 0-999/1000"),
+            400,
+            (
+                "model.safetensors: asked for the bytes from 400, the server sent a range from 0 "
+                "(Content-Range bytes 0-999/1000); nothing of this answer was written"
+            ),
+        ),
+    ],
+    ids=["longer", "shorter", "range-total", "range-start"],
+)
+def test_announced_size_against_the_listing_fails_naming_the_file_and_sizes(answer, have, msg):
+    with pytest.raises(m.DownloadError) as exc:
+        m.HfDownloader._check_announced_size(answer, SHARD, have)
+    assert exc.value.msg == msg

@@ -1,0 +1,287 @@
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
+"""Issue 12, case 2: the front door's kept upstream connections against the server's keep-alive.
+
+Real nginx (Debian's package) runs the front door's own server block (rendered from
+roles/vllm_frontdoor/templates/vllm-fleet.conf.j2 with the role's defaults) and the
+upstream text of frontdoor.upstream_conf(), in a temporary prefix on a free loopback
+port. Behind it, a small HTTP/1.1 backend keeps idle connections for 1 s, as vLLM's
+uvicorn keeps them for VLLM_HTTP_TIMEOUT_KEEP_ALIVE (5 s).
+
+The race, pinned. A server closes an idle connection when its timer fires; a proxy that
+still holds the connection and sends a request on it just then meets the close, and the
+request fails with nothing logged by the server. On the wire the two events are
+microseconds apart, so a real timer loses the race only now and then. This backend
+decides when the request arrives instead: a connection that has been idle for 1 s or more
+is closed with the request unread (the kernel answers it with a reset), which is what the
+losing order looks like to nginx, every time. A request nginx sends on a connection it
+kept idle past the backend's timeout fails; one sent on a fresh or recently used
+connection is answered.
+"""
+
+import contextlib
+import json
+import os
+import re
+import select
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import jinja2
+import pytest
+import yaml
+from ansible.plugins.filter.core import comment
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import upstream_conf
+from repo_paths import ROOT
+
+NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
+IDLE_TIMEOUT_S = 1.0  # the backend's keep-alive
+PAUSE_S = 2.0  # between rounds: past the backend's timeout by 1 s, short of nginx's default 60 s
+ROUNDS = 3
+ROLE = ROOT / "roles" / "vllm_frontdoor"
+
+pytestmark = pytest.mark.skipif(
+    not os.access(NGINX, os.X_OK),
+    reason="nginx is not installed (apt-get install -y --no-install-recommends nginx)",
+)
+
+
+class Backend(ThreadingHTTPServer):
+    """An OpenAI-shaped completion server with a 1 s keep-alive; counts what it did."""
+
+    daemon_threads = True
+
+    def __init__(self):
+        super().__init__(("127.0.0.1", 0), BackendHandler)
+        self.lock = threading.Lock()
+        self.served = []  # connection number of each answered request
+        self.closed_idle = 0  # connections closed because a request came after 1 s idle
+        self.connections = 0
+
+    def new_connection(self):
+        with self.lock:
+            self.connections += 1
+            return self.connections
+
+
+class BackendHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, fmt, *args):
+        pass
+
+    def handle(self):
+        conn = self.server.new_connection()
+        last = None  # when the last answer was sent
+        self.close_connection = False
+        while not self.close_connection:
+            readable, _, _ = select.select([self.connection], [], [], 30)
+            if not readable:
+                return
+            if not self.connection.recv(1, socket.MSG_PEEK):
+                return  # nginx closed it
+            if last is not None and time.monotonic() - last >= IDLE_TIMEOUT_S:
+                with self.server.lock:
+                    self.server.closed_idle += 1
+                return  # closed with the request unread: a reset, no answer
+            self.conn = conn
+            self.handle_one_request()
+            last = time.monotonic()
+
+    def do_POST(self):
+        with self.server.lock:
+            self.server.served.append(self.conn)
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        prompt = json.loads(body)["prompt"]
+        answer = json.dumps(
+            {
+                "object": "text_completion",
+                "model": "tiny-gqa",
+                "choices": [{"index": 0, "text": f" echo {prompt}", "finish_reason": "length"}],
+            }
+        ).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _render_site(upstream_file, port):
+    """The role's server block, as Ansible's template module renders it."""
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    defaults.update(
+        vllm_frontdoor_listen="127.0.0.1",
+        vllm_frontdoor_port=port,
+        vllm_frontdoor_upstream_file=str(upstream_file),
+        ansible_managed="Ansible managed",
+    )
+    env = jinja2.Environment(  # noqa: S701 - nginx configuration, not HTML: Ansible escapes nothing
+        undefined=jinja2.StrictUndefined, keep_trailing_newline=True
+    )
+    env.filters["comment"] = comment
+    return env.from_string((ROLE / "templates" / "vllm-fleet.conf.j2").read_text()).render(defaults)
+
+
+@contextlib.contextmanager
+def front_door(tmp_path, upstream_text):
+    """nginx in a temporary prefix with the front door's server block and this upstream."""
+    prefix = tmp_path / "nginx"
+    for d in ("logs", "temp"):
+        (prefix / d).mkdir(parents=True)
+    upstream = prefix / "upstream.conf"
+    upstream.write_text(upstream_text)
+    port = _free_port()
+    (prefix / "site.conf").write_text(_render_site(upstream, port))
+    temp = prefix / "temp"
+    user = "user root root;\n" if os.geteuid() == 0 else ""  # workers write in tmp_path
+    (prefix / "nginx.conf").write_text(
+        f"{user}worker_processes 1;\n"
+        f"pid {prefix}/nginx.pid;\n"
+        f"error_log {prefix}/logs/error.log info;\n"
+        "events { worker_connections 64; }\n"
+        "http {\n"
+        f"    access_log {prefix}/logs/access.log;\n"
+        f"    client_body_temp_path {temp}/client;\n"
+        f"    proxy_temp_path {temp}/proxy;\n"
+        f"    fastcgi_temp_path {temp}/fastcgi;\n"
+        f"    uwsgi_temp_path {temp}/uwsgi;\n"
+        f"    scgi_temp_path {temp}/scgi;\n"
+        f"    include {prefix}/site.conf;\n"
+        "}\n"
+    )
+    args = [
+        NGINX,
+        "-p",
+        str(prefix),
+        "-e",
+        str(prefix / "logs" / "error.log"),
+        "-c",
+        str(prefix / "nginx.conf"),
+    ]
+    checked = subprocess.run([*args, "-t"], capture_output=True, text=True, check=False)
+    assert checked.returncode == 0, checked.stderr
+    proc = subprocess.Popen([*args, "-g", "daemon off;"], stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+                break
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.monotonic() < deadline, "nginx did not listen within 10 s"
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}", prefix
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def _complete(url, prompt):
+    """One POST /v1/completions through the front door, on its own client connection."""
+    req = urllib.request.Request(
+        url + "/v1/completions",
+        data=json.dumps({"model": "tiny-gqa", "prompt": prompt, "max_tokens": 1}).encode(),
+        headers={"Content-Type": "application/json", "Connection": "close"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, dict(r.headers), json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), json.loads(e.read())
+
+
+def _rounds(url):
+    """ROUNDS rounds of two requests back to back, PAUSE_S apart: [(round, n, status, ...)]."""
+    results = []
+    for r in range(ROUNDS):
+        if r:
+            time.sleep(PAUSE_S)
+        results.extend((r, n, *_complete(url, f"round {r} request {n}")) for n in range(2))
+    return results
+
+
+@pytest.fixture
+def backend():
+    server = Backend()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def _without_keepalive_timeout(text):
+    """The upstream as it was before the fix: keepalive, and nginx's default 60 s idle time."""
+    kept = [
+        line
+        for line in text.splitlines(keepends=True)
+        if "keepalive_timeout" not in line
+        and not line.lstrip().startswith("# Idle connections")
+        and "has just closed" not in line
+    ]
+    assert len(kept) == len(text.splitlines()) - 3, text
+    return "".join(kept)
+
+
+def test_connections_kept_past_the_servers_keep_alive_fail_requests_without_the_fix(
+    tmp_path, backend
+):
+    text = _without_keepalive_timeout(
+        upstream_conf(backend.server_address[1], model="tiny_gqa", server_keepalive_s=1)
+    )
+    assert "keepalive 32;" in text
+    with front_door(tmp_path, text) as (url, prefix):
+        results = _rounds(url)
+    site = (prefix / "site.conf").read_text()
+    retry_after = re.search(r"add_header Retry-After (\d+) always;", site).group(1)
+    unavailable = json.loads(
+        re.search(r"location @vllm_unavailable \{.*?return 503 '(.*?)';", site, re.DOTALL).group(1)
+    )
+    failed = [(r, n) for r, n, status, _h, _b in results if status != 200]
+    # The first request after each pause goes out on the connection nginx kept: the
+    # backend dropped it, and the client is told a model switch is in progress.
+    assert (0, 0) not in failed
+    assert {(r, 0) for r in range(1, ROUNDS)} <= set(failed)
+    assert len(failed) == backend.closed_idle
+    for r, n, status, headers, body in results:
+        if (r, n) in failed:
+            assert status == 503
+            assert headers["Retry-After"] == retry_after
+            assert body == unavailable  # today: "a model switch is in progress"
+        else:
+            assert body["choices"][0]["text"] == f" echo round {r} request {n}"
+    upstream_errors = [
+        line
+        for line in (prefix / "logs" / "error.log").read_text().splitlines()
+        if "[error]" in line and "upstream" in line
+    ]
+    assert len(upstream_errors) == len(failed), upstream_errors
+
+
+def test_upstream_conf_drops_idle_connections_before_the_server_does(tmp_path, backend):
+    text = upstream_conf(backend.server_address[1], model="tiny_gqa", server_keepalive_s=1)
+    assert "keepalive_timeout 500ms;" in text
+    with front_door(tmp_path, text) as (url, _prefix):
+        results = _rounds(url)
+    assert [(r, n, status) for r, n, status, _h, _b in results] == [
+        (r, n, 200) for r in range(ROUNDS) for n in range(2)
+    ]
+    assert [body["choices"][0]["text"] for *_rns, _h, body in results] == [
+        f" echo round {r} request {n}" for r in range(ROUNDS) for n in range(2)
+    ]
+    assert backend.closed_idle == 0
+    # Connections are still kept and reused: back-to-back requests share one.
+    per_connection = [backend.served.count(c) for c in set(backend.served)]
+    assert max(per_connection) >= 2
+    assert len(backend.served) == 2 * ROUNDS
