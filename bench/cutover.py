@@ -1,3 +1,5 @@
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
 """Cutover benchmark: a blue/green switch under continuous load, measured at the front door.
 
 For each strategy it makes sure `--blue` is active, starts a bounded client
@@ -183,7 +185,7 @@ def latency(base_url, model, count):
     url = urllib.parse.urlsplit(base_url)
     samples = []
     body = json.dumps({"model": model, "prompt": "Hi", "max_tokens": 1})
-    for _ in range(count):
+    for _unused in range(count):
         conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
         start = time.perf_counter()
         conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})

@@ -1,3 +1,5 @@
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
 """Benchmark: hf_download throughput against a local Hub endpoint, and verification scaling.
 
 Builds a ~1 GB repo of random shards (or reuses --root), serves it with
@@ -98,7 +100,7 @@ def main() -> int:
 
         api = downloader()
         api.hub = hf_download.import_hub()
-        _, remote = api.resolve()
+        _unused, remote = api.resolve()
         pairs = [(rf, str(local / rf.path)) for rf in remote]
         nbytes = sum(rf.size for rf in remote)
         for workers in sorted({1, cores}):

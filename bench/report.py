@@ -1,4 +1,5 @@
-#!/usr/bin/env python3
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
 """Plot a `vllm bench serve` sweep and compare it with the previous model's.
 
     bench/report.py bench/results/<model>/<run id> [--previous MODEL | --baseline DIR]
@@ -111,7 +112,7 @@ def find_baseline(results_root, model, previous=None):
             if run is not None:
                 others.append((run_date(run), model_dir.name, run))
     if others:
-        _, name, run = max(others)
+        _unused, name, run = max(others)
         return run, f"the most recently benchmarked other model ({name})"
     return None, f"no other model's results under {results_root}"
 
@@ -190,7 +191,7 @@ def markdown(current, baseline=None, baseline_why=""):
     header = ["concurrency", "prompts", "failed"]
     if base:
         header[1:] = ["prompts (current / baseline)", "failed (current / baseline)"]
-    for _, title, _ in METRICS:
+    for _unused, title, _unused2 in METRICS:
         if base:
             header += [f"{title} {cur['model']}", f"{title} {base['model']}", "change"]
         else:
@@ -204,7 +205,7 @@ def markdown(current, baseline=None, baseline_why=""):
                 f"{fmt(row_cur.get(k), '{}')} / {fmt(row_base.get(k), '{}')}"
                 for k in ("num_prompts", "failed")
             ]
-        for key, _, pattern in METRICS:
+        for key, _unused, pattern in METRICS:
             new = row_cur.get(key)
             cells.append(fmt(new, pattern))
             if base:
@@ -230,7 +231,7 @@ def plot(current, baseline, path):
         ("Time per output token", "ms (mean, p99 dotted)", ("mean_tpot_ms", "p99_tpot_ms")),
     )
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
-    ticks = sorted({concurrency_of(r) for _, results, _, _ in runs for r in results})
+    ticks = sorted({concurrency_of(r) for run in runs for r in run[1]})
     for axis, (title, unit, keys) in zip(axes, panels, strict=True):
         for index, (label, results, style, marker) in enumerate(runs):
             color = f"C{index}"

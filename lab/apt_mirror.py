@@ -1,3 +1,5 @@
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
 """Print the Debian archive URL this machine's apt uses (deb822 or one-line)."""
 
 import re

@@ -24,6 +24,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 echo "lab: mmdebstrap bookworm from $mirror"
 # Keep the apt lists: a real host has them, and apt works in the lab at once.
+# mmdebstrap expands "$1" in its hooks itself (the chroot), not this shell.
+# shellcheck disable=SC2016
 mmdebstrap --quiet --variant=minbase --skip=cleanup/apt/lists \
   --include=systemd,systemd-sysv,dbus,python3,python3-apt,python3-venv,sudo,iproute2,procps,ca-certificates,curl \
   --customize-hook='chroot "$1" systemctl mask getty.target systemd-logind.service apt-daily.timer apt-daily-upgrade.timer systemd-timesyncd.service e2scrub_reap.service' \

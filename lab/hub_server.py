@@ -439,7 +439,7 @@ class HubHandler(BaseHTTPRequestHandler):
             found = self._repo(repo_id, unquote(tail[1]))
             if found is None:
                 return None
-            _, files, _ = found
+            _unused, files, _unused2 = found
             if tail[0] == "tree":
                 sub = unquote("/".join(tail[2:])).strip("/")
                 recursive = query.get("recursive", ["false"])[0].lower() in {"true", "1"}
@@ -722,7 +722,7 @@ def build_faults(args) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     p.add_argument("--root", required=True, help="directory holding <org>/<name>/ repos")
     p.add_argument("--host", default="127.0.0.1", help="loopback address to bind")
     p.add_argument("--port", type=int, default=8765, help="0 picks a free port")

@@ -1,3 +1,5 @@
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
 """Make the lab's tiny models: random weights, a locally trained tokenizer.
 
 Two Hugging Face-format repositories are written under OUT/<org>/<name>/,

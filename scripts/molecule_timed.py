@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 # Copyright (c) 2026 vllm-fleet contributors
 # SPDX-License-Identifier: Apache-2.0
 """Run the Molecule scenarios in order, print a time table, fail on a failure or an overrun.

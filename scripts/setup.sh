@@ -29,7 +29,7 @@ fi
 
 step "collections from PyPI's ansible wheel into .cache/collections"
 colls=(community/docker ansible/posix community/general)
-if [ ! -f .cache/collections/.installed-$ansible_wheel_version ]; then
+if [ ! -f ".cache/collections/.installed-$ansible_wheel_version" ]; then
   tmp=$(mktemp -d)
   "$venv/bin/python" -m pip download -q --no-deps -d "$tmp" "ansible==$ansible_wheel_version"
   rm -rf .cache/collections && mkdir -p .cache/collections
@@ -44,10 +44,25 @@ with zipfile.ZipFile(wheel) as zf:
 print(f"unpacked {len(names)} files")
 PY
   rm -rf "$tmp"
-  touch .cache/collections/.installed-$ansible_wheel_version
+  touch ".cache/collections/.installed-$ansible_wheel_version"
 else
   echo "present"
 fi
+
+step "Debian packages the tests run for real (nginx: the front door keep-alive test; shellcheck: sanity)"
+if ! command -v shellcheck >/dev/null 2>&1 || { ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; }; then
+  # Installed, not started: the tests start their own nginx on a free port,
+  # and an nginx on this machine's port 80 would take the lab containers'
+  # (they share its network namespace). policy-rc.d keeps the package's
+  # scripts from starting it.
+  policy=/usr/sbin/policy-rc.d
+  made_policy=0
+  if [ ! -e "$policy" ]; then printf '#!/bin/sh\nexit 101\n' >"$policy"; chmod 755 "$policy"; made_policy=1; fi
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nginx shellcheck >/dev/null
+  [ "$made_policy" = 1 ] && rm -f "$policy"
+fi
+echo "nginx: $(/usr/sbin/nginx -v 2>&1)"
 
 step "Docker daemon"
 bash lab/docker-up.sh

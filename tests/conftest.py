@@ -1,3 +1,5 @@
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
 """Make the repository importable as the collection vllm_fleet.fleet.
 
 The repository root is the collection; collections/ansible_collections/

@@ -1,3 +1,5 @@
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
 """Paths the tests share; tests/ is on sys.path through tests/conftest.py."""
 
 from pathlib import Path

@@ -242,7 +242,7 @@ def parsed(unit_text):
     directives, problems = verify_unit.parse_unit(unit_text)
     assert not problems, problems
     out = {}
-    for _, name, value in directives:
+    for _unused, name, value in directives:
         out.setdefault(name, []).append(value)
     return out
 

@@ -1,3 +1,5 @@
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
 """Free-space arithmetic for the disk preflight (no side effects)."""
 
 import os

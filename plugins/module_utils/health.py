@@ -1,3 +1,5 @@
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
 """Health gate for a vLLM OpenAI-compatible server (stdlib only).
 
 A server passes when, in order: GET /health answers 200, GET /v1/models lists

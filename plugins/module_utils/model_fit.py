@@ -262,7 +262,7 @@ def parse_version(text):
 def parse_compute_capability(value):
     """'12.0' -> (12, 0)."""
     text = str(value).strip()
-    major, _, minor = text.partition(".")
+    major, _unused, minor = text.partition(".")
     try:
         return (int(major), int(minor or 0))
     except ValueError as exc:
@@ -880,7 +880,7 @@ def _hybrid_layout(specs, attention, block, blocks_for):
 def _layout(specs, *, groups, group_size, page, blocks_per_request, uniform_type=False):
     return {
         "specs": specs,
-        "num_groups": sum(n for _, n in groups),
+        "num_groups": sum(n for _unused, n in groups),
         "group_size": group_size,
         "page_bytes": page,
         "pool_bytes_per_block": page * group_size,
@@ -1269,7 +1269,7 @@ def _model_and_state_bytes(config, cfg, opts):
 
 def _all_warnings(context):
     attention, opts, hw, cfg, quant = (context[k] for k in ("attention", "opts", "hw", "cfg",
-                                                             "quant"))
+                                                            "quant"))
     warnings = _layout_warnings(attention, opts, hw, cfg, quant)
     warnings += _platform_warnings(quant, hw, opts, cfg, context["versions"])
     limit = context["position_limit"]
@@ -1550,8 +1550,8 @@ def render_table(fits, names=None, title=None):
     else:
         reports = list(fits)
         names = list(names or [f"model {i + 1}" for i in range(len(reports))])
-    label_width = max(len(label) for label, _ in ROWS)
-    columns = [[fn(report) for _, fn in ROWS] for report in reports]
+    label_width = max(len(label) for label, _unused in ROWS)
+    columns = [[fn(report) for _unused, fn in ROWS] for report in reports]
     widths = [
         max([len(name)] + [len(cell) for cell in col])
         for name, col in zip(names, columns, strict=True)
@@ -1562,7 +1562,7 @@ def render_table(fits, names=None, title=None):
     header = [n.ljust(w) for n, w in zip(names, widths, strict=True)]
     lines.append(" | ".join([" " * label_width, *header]).rstrip())
     lines.append("-+-".join(["-" * label_width] + ["-" * w for w in widths]))
-    for i, (label, _) in enumerate(ROWS):
+    for i, (label, _unused) in enumerate(ROWS):
         cells = [col[i].ljust(w) for col, w in zip(columns, widths, strict=True)]
         lines.append(" | ".join([label.ljust(label_width), *cells]).rstrip())
     for name, report in zip(names, reports, strict=True):
@@ -1575,4 +1575,3 @@ def render_table(fits, names=None, title=None):
         lines.append(f"{name}: {report['verdict']}")
         lines.extend(f"{name}: WARNING {w}" for w in report["warnings"])
     return lines
-

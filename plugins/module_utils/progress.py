@@ -39,7 +39,7 @@ def download_line(data):
     retries = data.get("retries") or {}
     if retries:
         parts.append("retries: " + ", ".join(f"{path} x{count}"
-                                              for path, count in sorted(retries.items())))
+                                             for path, count in sorted(retries.items())))
     state = data.get("state")
     if state and state != "downloading":
         parts.append(state)

@@ -43,7 +43,7 @@ class Systemd:
                             rc=rc, stdout=out, stderr=err)
         values = {}
         for line in out.splitlines():
-            key, _, value = line.partition("=")
+            key, _unused, value = line.partition("=")
             values[key] = value
         return values
 

@@ -43,7 +43,7 @@ attributes:
     support: none
     description: Reports the job's result, no diff of its own.
 author:
-  - vllm-fleet contributors
+  - vllm-fleet maintainers (@vllm-fleet)
 """
 
 EXAMPLES = r"""

@@ -62,7 +62,7 @@ options:
       C(nvidia-smi) is asked.
     type: dict
 author:
-  - vllm-fleet contributors
+  - vllm-fleet maintainers (@vllm-fleet)
 attributes:
   check_mode:
     support: full

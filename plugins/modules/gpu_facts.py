@@ -90,7 +90,7 @@ options:
       - Meant for labs and CI without a GPU; never set it in production.
     type: path
 author:
-  - vllm-fleet contributors
+  - vllm-fleet maintainers (@vllm-fleet)
 attributes:
   check_mode:
     support: full
@@ -100,6 +100,7 @@ attributes:
     description: Changes nothing, so there is nothing to diff.
   facts:
     support: full
+    description: Returns the facts as C(gpu_facts) (and sets them as a fact of the host).
 """
 
 EXAMPLES = r"""
@@ -192,10 +193,10 @@ gpu_facts:
         name: {description: Product name, type: str, sample: "NVIDIA H200"}
         uuid: {description: GPU UUID, type: str}
         pci_bus_id: {description: PCI bus id, type: str, sample: "00000000:00:06.0"}
-        memory_total_bytes: {description: Framebuffer memory, in bytes, type: int, sample: 150754820096}
-        memory_used_bytes: {description: Memory in use, in bytes, type: int}
-        memory_free_bytes: {description: Memory free, in bytes, type: int}
-        compute_capability: {description: Compute capability, major.minor, type: str, sample: "12.0"}
+        memory_total_bytes: {description: 'Framebuffer memory, in bytes', type: int, sample: 150754820096}
+        memory_used_bytes: {description: 'Memory in use, in bytes', type: int}
+        memory_free_bytes: {description: 'Memory free, in bytes', type: int}
+        compute_capability: {description: "Compute capability, major.minor", type: str, sample: "12.0"}
         persistence_mode: {description: Persistence mode on, type: bool}
         architecture: {description: Architecture name from nvidia-smi -q -x, type: str, sample: "Hopper"}
         minor_number: {description: Device minor (/dev/nvidiaN), type: int, sample: 0}
@@ -213,7 +214,7 @@ gpu_facts:
       elements: dict
       contains:
         pid: {description: Process id, type: int}
-        used_memory_bytes: {description: GPU memory held, in bytes, type: int}
+        used_memory_bytes: {description: 'GPU memory held, in bytes', type: int}
         gpu_uuid: {description: UUID of the GPU, type: str}
         gpu_index: {description: Index of the GPU, type: int}
     device_nodes:

@@ -35,7 +35,7 @@ description:
     download made the tools virtualenv), the plan is an estimate from O(size_hint_bytes) less the
     bytes already under O(local_dir), and says so (RV(estimated)).
 author:
-  - vllm-fleet contributors
+  - vllm-fleet maintainers (@vllm-fleet)
 options:
   repo_id:
     description: Repository id, C(org/name).
@@ -107,11 +107,11 @@ options:
 attributes:
   check_mode:
     support: full
-    details: Resolves the revision, hashes unverified local files and reports the bytes that
+    description: Resolves the revision, hashes unverified local files and reports the bytes that
       would be fetched; writes nothing (no folder, no lock file).
   diff_mode:
     support: full
-    details: Shows the recorded revision and the files to fetch before and after.
+    description: Shows the recorded revision and the files to fetch before and after.
 notes:
   - Check mode reads local files to hash them when the manifest does not vouch for them.
 """

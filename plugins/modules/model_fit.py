@@ -19,7 +19,8 @@ description:
   - Pure arithmetic, no GPU needed; changes nothing on the host.
   - The same function is the filter P(vllm_fleet.fleet.model_fit#filter).
 version_added: "0.1.0"
-author: vllm-fleet contributors
+author:
+  - vllm-fleet maintainers (@vllm-fleet)
 attributes:
   check_mode:
     support: full

@@ -26,7 +26,7 @@ attributes:
     support: none
     description: Changes nothing, so there is nothing to show.
 author:
-  - vllm-fleet contributors
+  - vllm-fleet maintainers (@vllm-fleet)
 """
 
 EXAMPLES = r"""

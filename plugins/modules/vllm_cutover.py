@@ -144,7 +144,7 @@ notes:
   - The record holds the active model, its unit, port, URL, revision and start time, the previous
     model, and a short history; C(playbooks/rollback.yml) switches back to the previous model.
 author:
-  - vllm-fleet contributors
+  - vllm-fleet maintainers (@vllm-fleet)
 """
 
 EXAMPLES = r"""
@@ -164,7 +164,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 action:
-  description: What was (or in check mode would be) done - none, record, frontdoor (only the front door re-pointed at the running active model), start, restart or switch.
+  description:
+    - What was (or in check mode would be) done - none, record, frontdoor (only the front door
+      re-pointed at the running active model), start, restart or switch.
   returned: always
   type: str
 active_before:

@@ -1,3 +1,5 @@
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
 """async_follow, the real action plugin, through ansible-playbook on this machine.
 
 A job runs until the test lets it finish; the test writes its progress file

@@ -81,7 +81,7 @@ class BackendHandler(BaseHTTPRequestHandler):
         last = None  # when the last answer was sent
         self.close_connection = False
         while not self.close_connection:
-            readable, _, _ = select.select([self.connection], [], [], 30)
+            readable, _unused, _unused2 = select.select([self.connection], [], [], 30)
             if not readable:
                 return
             if not self.connection.recv(1, socket.MSG_PEEK):

@@ -138,7 +138,7 @@ def test_range_requests_and_byte_counter(hub):
 def test_fault_fail_file_counts_down_then_serves(hub):
     hub.faults(fail_file={"config.json": {"count": 2, "status": 503}})
     url = hub.url + "/org/small/resolve/main/config.json"
-    for _ in range(2):
+    for _unused in range(2):
         with pytest.raises(urllib.error.HTTPError) as exc:
             _get(url)
         assert exc.value.code == 503

@@ -1,4 +1,5 @@
-# Copyright 2026 vllm-fleet contributors
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
 """A fake host for the cutover tests: systemd units, the model servers behind them, a clock.
 
 This is a model of the real thing, labelled as such: the cutover's real

@@ -1,3 +1,5 @@
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
 """Each role's meta/argument_specs.yml agrees with its defaults.
 
 The spec is the role's typed interface (ansible-doc shows it, Ansible checks

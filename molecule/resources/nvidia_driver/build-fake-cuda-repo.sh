@@ -132,4 +132,4 @@ SHA256:
  $sha $size Packages
 REL
 gpg --batch --quiet --clearsign -o InRelease Release
-ls "$repo" | wc -l
+find "$repo" -mindepth 1 -maxdepth 1 | wc -l

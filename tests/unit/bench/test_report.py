@@ -1,3 +1,5 @@
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
 """bench/report.py on real `vllm bench serve` results captured in the lab.
 
 The fixtures (tests/fixtures/bench, see its README) are the JSON files the

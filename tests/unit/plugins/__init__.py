@@ -1,1 +1,0 @@
-# Copyright 2026 vllm-fleet contributors

@@ -1,4 +1,5 @@
-# Copyright 2026 vllm-fleet contributors
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
 """The blue/green switch, driven on a fake host (units, servers, clock; see unit/fake_host.py).
 
 Port probes are real: the green port is a free loopback port, and "port taken"
@@ -204,14 +205,14 @@ def test_green_crash_rolls_back_to_blue(tmp_path, port):
 
 @pytest.mark.parametrize(("behaviour", "reason"), [
     (HANG, ("green green failed its health gate at health: not healthy after 10 s "
-           f"(last: GET /health: {CONN_REFUSED})")),
-    (START_FAILS, ("systemctl start vllm-green.service failed (rc=1): Job for "
-                  "vllm-green.service failed because the control process exited with error code.")),
+            f"(last: GET /health: {CONN_REFUSED})")),
+    (START_FAILS, ("systemctl start vllm-green.service failed (rc=1): Job for vllm-green.service "
+                   "failed because the control process exited with error code.")),
     (RESTART_LOOP, ("green green failed its health gate at process: vllm-green.service exited "
-                   "and was restarted by systemd (1 restarts)")),
+                    "and was restarted by systemd (1 restarts)")),
     (EXITS, "green green failed its health gate at process: vllm-green.service is inactive (dead)"),
     (WRONG_MODEL, ("green green failed its health gate at models: GET /v1/models: wanted model "
-                  "'green-model', server lists ['someone-else']")),
+                   "'green-model', server lists ['someone-else']")),
 ])
 def test_each_green_failure_rolls_back(tmp_path, port, behaviour, reason):
     world = World(tmp_path, port, green=behaviour)
@@ -250,7 +251,7 @@ def test_first_deploy_failure_has_nothing_to_roll_back(tmp_path, port):
     (CRASH, "vllm-blue.service failed (failed)"),
     # Blue's own start failing must not lose green's story (it used to escape as a bare error).
     (START_FAILS, ("systemctl start vllm-blue.service failed (rc=1): Job for vllm-blue.service "
-                  "failed because the control process exited with error code.")),
+                   "failed because the control process exited with error code.")),
 ])
 def test_rollback_failed_when_blue_does_not_come_back(tmp_path, port, blue_behaviour, why):
     world = World(tmp_path, port, green=CRASH)

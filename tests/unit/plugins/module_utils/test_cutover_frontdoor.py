@@ -1,4 +1,5 @@
-# Copyright 2026 vllm-fleet contributors
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
 """The cutover with a front door, blue's drain, the auto strategy and foreign GPU processes.
 
 Driven on the fake host (unit/fake_host.py): systemd units, vLLM servers with

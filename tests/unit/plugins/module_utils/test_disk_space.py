@@ -1,3 +1,5 @@
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
 from types import SimpleNamespace
 
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import disk_space

@@ -80,7 +80,7 @@ def _live_tree(tmp_path):
     (proc / "version").write_text(_read("proc-driver-nvidia-version.txt"))
     gpus = proc / "gpus"
     for chunk in _read("proc-driver-nvidia-gpus.txt").split("== ")[1:]:
-        path, _, body = chunk.partition("\n")
+        path, _unused, body = chunk.partition("\n")
         slot = path.split("/")[-2]
         (gpus / slot).mkdir(parents=True)
         (gpus / slot / "information").write_text(body)

@@ -1,4 +1,5 @@
-# Copyright 2026 vllm-fleet contributors
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
 """The health gate: each stage's verdict, the polling loop on a fake clock, the urllib client."""
 
 import json

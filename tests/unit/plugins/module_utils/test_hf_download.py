@@ -29,7 +29,7 @@ def test_sha256_and_parallel_verify(tmp_path):
         rf = m.RemoteFile(f"f{i}", len(data), "b" * 40, hashlib.sha256(data).hexdigest())
         pairs.append((rf, str(p)))
     got = m.verify_files(pairs, workers=3)
-    assert got == {rf.path: rf.expected for rf, _ in pairs}
+    assert got == {rf.path: rf.expected for rf, _unused in pairs}
 
 
 def test_remote_file_picks_algorithm():

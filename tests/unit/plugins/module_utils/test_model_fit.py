@@ -343,8 +343,8 @@ def test_gpu_from_facts_takes_the_smallest_gpu():
                       {"memory_total_bytes": 100, "compute_capability": "9.0"}],
              "topology": {"interconnect": "nvlink"}}
     assert mf.gpu_from_facts(facts) == {"count": 2, "memory_total_bytes": 100,
-                                         "compute_capability": "9.0", "interconnect": "nvlink",
-                                         "name": None}
+                                        "compute_capability": "9.0", "interconnect": "nvlink",
+                                        "name": None}
 
 
 def test_table_lines(minimax, kimi_nvfp4):

@@ -29,7 +29,8 @@ def config(name):
     return json.loads((MODELS / name).read_text())
 
 
-def fit(cfg, serve, weight_bytes, gpu=RTX_PRO_6000, **kwargs):
+def fit(cfg, serve, weight_bytes, gpu=None, **kwargs):
+    gpu = RTX_PRO_6000 if gpu is None else gpu
     kwargs.setdefault("overhead_bytes_per_gpu", NINE_GIB)
     return mf.model_fit(cfg, serve=serve, gpu=gpu, weight_bytes=weight_bytes, **kwargs)
 
@@ -327,7 +328,7 @@ def test_draft_models_and_missing_mtp_layers_are_not_understood():
     report = fit(kimi, dict(KIMI_FP8_TP8, speculative_config=eagle), 595_000_000_000)
     assert report["not_understood"] == [
         ("speculative_config method eagle3 with draft model lightseekorg/kimi-k2.5-eagle3-mla: "
-        "the draft model's KV cache is not counted")]
+         "the draft model's KV cache is not counted")]
     report = fit(kimi, dict(KIMI_FP8_TP8, speculative_config={"method": "mtp"}),
                  595_000_000_000)
     assert report["not_understood"][0].startswith("speculative_config method mtp: config.json "

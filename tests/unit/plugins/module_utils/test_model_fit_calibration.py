@@ -151,7 +151,7 @@ def test_glm5_sparse_mla_cache_tensors_match_public_lmcache_logs():
     "[158][4372, 64, 132]": one MLA and one indexer tensor per layer (156 = 2 x 78 layers;
     158 = 2 x 79, consistent with one MTP layer), 64-token blocks, 132-byte indexer rows."""
     lines = [(LOGS / n).read_text() for n in ("lmcache-pr-2951-glm5.log",
-                                             "lmcache-issue-3339-glm5-fp8.log")]
+                                              "lmcache-issue-3339-glm5-fp8.log")]
     assert "GPU KV Cache Dimensions: [156][5127, 64, 132]" in lines[0]
     assert "GPU KV Cache Dimensions: [158][4372, 64, 132]" in lines[1]
     report = mf.model_fit(config("zai-org--GLM-5-FP8.config.json"),

@@ -99,10 +99,10 @@ def test_the_entry_is_not_modified():
 
 @pytest.mark.parametrize(("entry", "cc", "profile", "message"), [
     (KIMI, "12.0", "sm100", (r"profile 'sm100' was requested but the entry has only "
-                            r"\['sm120', 'sm90'\]")),
+                             r"\['sm120', 'sm90'\]")),
     (KIMI, "twelve", None, r"compute_capability must look like '12.0', got 'twelve'"),
     ({"profiles": {"rtx": {}}}, "12.0", None, (r"profile names must be sm<major><minor>, "
-                                              r"sm<major>x or default; found \['rtx'\]")),
+                                               r"sm<major>x or default; found \['rtx'\]")),
     ({"profiles": []}, "12.0", None, r"profiles must be a dict of name -> overrides, got list"),
     ({"profiles": {"sm120": {"extra_args": "--x"}}}, "12.0", None,
      r"profile sm120 extra_args must be a list, got str"),

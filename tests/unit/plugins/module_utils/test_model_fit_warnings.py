@@ -28,7 +28,8 @@ def minimax():
     return config("MiniMaxAI--MiniMax-M2.5.config.json")
 
 
-def fit(cfg, serve, gpu=RTX_PRO_6000, **kwargs):
+def fit(cfg, serve, gpu=None, **kwargs):
+    gpu = RTX_PRO_6000 if gpu is None else gpu
     kwargs.setdefault("overhead_bytes_per_gpu", NINE_GIB)
     kwargs.setdefault("weight_bytes", 230_000_000_000)
     return mf.model_fit(cfg, serve=serve, gpu=gpu, **kwargs)
@@ -44,10 +45,10 @@ def version_warnings(report):
 @pytest.mark.parametrize(("version", "expected"), [
     ("0.33.0", [("vLLM 0.33.0 is newer than 0.20.2, the version the catalog marks as verified "
                 "for sm120: releases on both sides have regressed sm120 kernels, so verify "
-                "this one before relying on it")]),
+                 "this one before relying on it")]),
     ("0.20.1", [("vLLM 0.20.1 is older than 0.20.2, the version the catalog marks as verified "
                 "for sm120: releases on both sides have regressed sm120 kernels, so verify "
-                "this one before relying on it")]),
+                 "this one before relying on it")]),
     ("0.20.2", []),
 ])
 def test_any_version_but_the_verified_one_warns(minimax, version, expected):
@@ -59,9 +60,9 @@ def test_no_verified_version_and_the_minimum(minimax):
     report = fit(minimax, MINIMAX_TP4, vllm_version="0.19.1", min_vllm="0.20.2")
     assert version_warnings(report) == [
         ("vLLM 0.19.1 is older than 0.20.2, the minimum the catalog states for this model "
-        "(vllm-project/recipes min_vllm_version)"),
+         "(vllm-project/recipes min_vllm_version)"),
         ("no vLLM version is marked verified for sm120 in the catalog: vLLM 0.19.1 is unproven "
-        "on this GPU architecture"),
+         "on this GPU architecture"),
     ]
 
 
@@ -71,7 +72,7 @@ def test_the_verified_version_is_per_architecture(minimax):
                  verified_sm120_vllm="0.20.2")
     assert version_warnings(report) == [
         ("no vLLM version is marked verified for sm100 in the catalog: vLLM 0.20.2 is unproven "
-        "on this GPU architecture")]
+         "on this GPU architecture")]
 
 
 # --- NVFP4 MoE with expert parallel on SM12x ----------------------------------------------
@@ -110,9 +111,9 @@ def test_pure_tp8_minimax_fp8_is_known_to_fail(minimax, serve, warned):
         # intermediate_size 1536 / 8 = 192, and 192 % 128 = 64
         assert found == [
             ("known to fail: FP8 block 128 weights with tensor parallel 8 and no expert "
-            "parallel: the expert width 1536 / 8 = 192 is not a multiple of 128, and vLLM "
-            "refuses the split (vllm-project/recipes MiniMax-M2.5: pure TP8 fails); enable "
-            "expert parallel or use a smaller TP")]
+             "parallel: the expert width 1536 / 8 = 192 is not a multiple of 128, and vLLM "
+             "refuses the split (vllm-project/recipes MiniMax-M2.5: pure TP8 fails); enable "
+             "expert parallel or use a smaller TP")]
 
 
 # --- Pinning -------------------------------------------------------------------------------

@@ -1,3 +1,5 @@
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
 """The progress lines async_follow prints while a download or a model start runs."""
 
 import json

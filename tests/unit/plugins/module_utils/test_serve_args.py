@@ -328,5 +328,5 @@ def test_model_name_is_a_catalog_name_to_the_end(model):
 def test_nvidia_device_nodes_are_the_control_nodes_and_the_gpus():
     assert nvidia_device_nodes([]) == []
     assert nvidia_device_nodes([2, "5"]) == ["/dev/nvidiactl", "/dev/nvidia-uvm",
-                                            "/dev/nvidia-uvm-tools", "/dev/nvidia2",
-                                            "/dev/nvidia5"]
+                                             "/dev/nvidia-uvm-tools", "/dev/nvidia2",
+                                             "/dev/nvidia5"]

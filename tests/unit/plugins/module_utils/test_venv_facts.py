@@ -1,3 +1,5 @@
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
 """venv_facts reads a virtualenv from its files: distributions, torch's CUDA build."""
 
 import sys

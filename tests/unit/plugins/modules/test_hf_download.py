@@ -1,3 +1,5 @@
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
 """The hf_download module entry point: arguments, fail_json, exit_json (no traceback)."""
 
 import json

@@ -1,3 +1,5 @@
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
 """Every module's DOCUMENTATION, EXAMPLES and RETURN parse and agree with its argument_spec."""
 
 import ast

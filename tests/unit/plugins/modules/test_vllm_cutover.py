@@ -1,4 +1,5 @@
-# Copyright 2026 vllm-fleet contributors
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
 """The vllm_cutover module end to end: real AnsibleModule, its real JSON output.
 
 systemctl/journalctl/ss go to the fake host (unit/fake_host.py) through
@@ -53,7 +54,7 @@ def servers():
     """Three loopback servers, blue's, green's and the front door's; each test points them at
     its fake host."""
     started = []
-    for _ in range(3):
+    for _unused in range(3):
         srv = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         srv.base = f"http://127.0.0.1:{srv.server_address[1]}"
         threading.Thread(target=srv.serve_forever, args=(0.05,), daemon=True).start()

@@ -82,12 +82,12 @@ def test_comment_lines_are_read_as_systemd_reads_them():
 
 
 def test_an_escaped_backslash_does_not_continue_the_line():
-    directives, _ = verify_unit.parse_unit("[Service]\nExecStart=/bin/echo \\\\\nType=exec\n")
-    assert [name for _, name, _ in directives] == ["Service.ExecStart", "Service.Type"]
+    directives, _unused = verify_unit.parse_unit("[Service]\nExecStart=/bin/echo \\\\\nType=exec\n")
+    assert [name for _unused, name, _unused2 in directives] == ["Service.ExecStart", "Service.Type"]
 
 
 def test_a_continuation_at_the_end_of_the_file_is_still_a_line():
-    directives, _ = verify_unit.parse_unit("[Service]\nType=exec\\")
+    directives, _unused = verify_unit.parse_unit("[Service]\nType=exec\\")
     assert directives == [(2, "Service.Type", "exec")]
 
 

@@ -97,7 +97,7 @@ def test_hostile_catalog_values_are_refused(change, message):
 def test_a_yaml_block_scalar_is_refused():
     entry = yaml.safe_load("served_model_name: |\n  tiny-gqa\nport: 8001\n")
     assert entry["served_model_name"] == "tiny-gqa\n"
-    _, error = _rendered_or_error(entry)
+    _unused, error = _rendered_or_error(entry)
     assert "catalog entry tiny_gqa: served_model_name holds a control character" in error
 
 
