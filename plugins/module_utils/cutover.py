@@ -315,7 +315,7 @@ class Cutover:
             self._point_green()
         except FrontDoorError as exc:
             raise CutoverError(f"{self.green['model']} is running, but the front door was not "
-                               f"switched to it: {exc}", **result) from None
+                               f"switched to it: {exc}", **dict(exc.fields, **result)) from None
 
     def _drain(self, svc, result, key):
         outcome = drain(svc["url"], self.settings.drain_timeout, request=self.host.request,

@@ -87,7 +87,12 @@ def write_atomic(path, text, mode=0o644, prefix=".upstream."):
 
 
 class FrontDoorError(Exception):
-    pass
+    """nginx refused or did not take the switch; `fields` holds what the command said."""
+
+    def __init__(self, msg, **fields):
+        super().__init__(msg)
+        self.msg = msg
+        self.fields = fields
 
 
 class FrontDoor:
@@ -124,13 +129,15 @@ class FrontDoor:
             if rc != 0:
                 self._restore(old)
                 raise FrontDoorError(f"nginx rejected the new upstream ({' '.join(self.test_cmd)}"
-                                     f" rc={rc}): {(err or out).strip()}")
+                                     f" rc={rc}): {(err or out).strip()}",
+                                     rc=rc, stdout=out, stderr=err)
             rc, out, err = self.run(self.reload_cmd)
             if rc != 0:
                 # nginx still runs the old upstream: the file says so, and a re-run switches
                 self._restore(old)
                 raise FrontDoorError(f"reloading nginx failed ({' '.join(self.reload_cmd)} "
-                                     f"rc={rc}): {(err or out).strip()}")
+                                     f"rc={rc}): {(err or out).strip()}",
+                                     rc=rc, stdout=out, stderr=err)
         self._settle(served_model_name if port is not None else None)
         return round(self.clock() - start, 3)
 

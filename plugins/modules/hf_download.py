@@ -200,6 +200,8 @@ disk:
   sample: {path: /srv/models/x, need_bytes: 1073741824, free_bytes: 5368709120, ok: true}
 """
 
+import traceback
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.hf_download import (
     DownloadError,
@@ -263,7 +265,8 @@ def main():
     except Exception as e:  # noqa: BLE001 - any other failure becomes a one-line fail_json
         module.fail_json(
             msg="hf_download of %s@%s failed: %s: %s"
-            % (p["repo_id"], p["revision"], type(e).__name__, e)
+            % (p["repo_id"], p["revision"], type(e).__name__, e),
+            exception=traceback.format_exc(),
         )
     if not module._diff:  # noqa: SLF001 - AnsibleModule exposes diff mode only as _diff
         result.pop("diff", None)

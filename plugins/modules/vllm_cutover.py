@@ -269,9 +269,10 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    # The unit's lifecycle needs systemctl and journalctl; the port check needs ss.
-    binaries = {name: module.get_bin_path(name, required=True)
-                for name in ("systemctl", "journalctl", "ss")}
+    # The unit's lifecycle needs systemctl and journalctl, the port check ss, the front door
+    # nginx (its `nginx -t`).
+    needed = ("systemctl", "journalctl", "ss") + (("nginx",) if p["frontdoor"] else ())
+    binaries = {name: module.get_bin_path(name, required=True) for name in needed}
     green = dict(p["record"])
     green.update({
         "model": p["model"], "unit": p["unit"], "url": p["url"], "port": p["port"],

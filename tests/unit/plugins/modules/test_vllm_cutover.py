@@ -109,6 +109,7 @@ def run_module(capsys, args):
     with patch_module_args(args), pytest.raises(SystemExit) as caught:
         vllm_cutover.main()
     result = json.loads(capsys.readouterr().out)
+    result["module_rc"] = result.get("rc")  # what a failed command returned, if the module says
     result["rc"] = caught.value.code
     return result
 
@@ -321,4 +322,7 @@ def test_front_door_failure_on_the_active_model_fails_cleanly(world, capsys):
     assert result["msg"] == ("green is running, but the front door was not switched to it: "
                              "reloading nginx failed (systemctl reload nginx rc=1): "
                              "nginx.service is not active, cannot reload.")
+    # what systemctl said travels as fail_json's rc/stderr, not only inside the message
+    assert (result["module_rc"], result["stderr"].strip()) == (
+        1, "nginx.service is not active, cannot reload.")
     assert [c for c in world.state_calls() if c[0] in ("stop", "start")] == [("start", G)]
