@@ -113,8 +113,8 @@ EXAMPLES = r"""
 - name: Check that MiniMax-M2.5 fits on this host
   vllm_fleet.fleet.model_fit:
     config: "{{ lookup('ansible.builtin.file', 'MiniMaxAI--MiniMax-M2.5.config.json') | from_json }}"
-    serve: "{{ vllm_fleet_models.minimax_m25.serve }}"
-    weight_bytes: "{{ vllm_fleet_models.minimax_m25.size_bytes }}"
+    serve: "{{ vllm_fleet_catalog.minimax_m25.serve }}"
+    weight_bytes: "{{ vllm_fleet_catalog.minimax_m25.size_bytes }}"
     gpu:
       count: 8
       memory_total_bytes: 102641958912
