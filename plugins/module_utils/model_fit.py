@@ -1338,6 +1338,7 @@ def model_fit(config, *, serve=None, gpu=None, weight_bytes=None, hf_quant_confi
     experts = _num_experts(cfg)
     report = {
         "architecture": attention["architecture"],
+        "revision": revision,
         "attention": {k: v for k, v in attention.items() if k != "architecture"},
         "attention_classes": attention_classes_text(attention, opts, layout),
         "tensor_parallel_size": tp,
@@ -1514,8 +1515,18 @@ def _experts_cell(f):
     return f"{f['num_experts']} (1/{f['tensor_parallel_size']} of each)"
 
 
+def _revision_cell(revision):
+    """The commit pinned, short; a branch or tag says it is not pinned."""
+    if revision in (None, ""):
+        return "(not given)"
+    if _COMMIT.match(str(revision)):
+        return f"{str(revision)[:12]} (pinned)"
+    return f"{revision} (NOT pinned)"
+
+
 ROWS = (
     ("architecture", lambda f: f["architecture"]),
+    ("revision", lambda f: _revision_cell(f.get("revision"))),
     ("profile", lambda f: f.get("profile") or "(none)"),
     ("attention", lambda f: f["attention"]["kind"]),
     ("layer classes", lambda f: f.get("attention_classes") or ""),
