@@ -272,7 +272,10 @@ def main():
     # The unit's lifecycle needs systemctl and journalctl, the port check ss, the front door
     # nginx (its `nginx -t`).
     needed = ("systemctl", "journalctl", "ss") + (("nginx",) if p["frontdoor"] else ())
-    binaries = {name: module.get_bin_path(name, required=True) for name in needed}
+    # Check mode only reports the plan: on a host where an earlier task would install
+    # nginx, it is not there yet.
+    binaries = {name: module.get_bin_path(name, required=not module.check_mode) or name
+                for name in needed}
     green = dict(p["record"])
     green.update({
         "model": p["model"], "unit": p["unit"], "url": p["url"], "port": p["port"],
