@@ -7,9 +7,13 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import 
 
 
 def _frontdoor_upstream(port=None, model=None, host="127.0.0.1"):
-    """The same text vllm_cutover writes (module_utils/frontdoor.py: upstream_conf)."""
+    """The same text vllm_cutover writes (module_utils/frontdoor.py: upstream_conf).
+
+    Without a port the front door is idle (no model deployed), not switching.
+    """
     try:
-        return upstream_conf(None if port in (None, "") else int(port), host=host, model=model)
+        return upstream_conf(None if port in (None, "") else int(port), host=host, model=model,
+                             switching=False)
     except (TypeError, ValueError) as exc:
         raise AnsibleFilterError(f"frontdoor_upstream wants a port number or none: {exc}") from exc
 

@@ -23,7 +23,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils import record as 
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import (
     FrontDoorError,
     drain,
-    upstream_conf,
+    record_metrics,
 )
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_facts import (
     GpuFactsError,
@@ -238,8 +238,21 @@ class Cutover:
             raise _cutover_error(exc) from None
 
     def _write_record(self, record, blue):
-        records.write(self.state_file, records.with_active(record, self.green, blue,
-                                                           self.host.wall))
+        new = records.with_active(record, self.green, blue, self.host.wall)
+        records.write(self.state_file, new)
+        if self.frontdoor is not None:
+            self.frontdoor.publish(new)
+
+    def _published(self, record):
+        """Whether the front door's copy of the record (its metrics file) is this record's."""
+        fd = self.frontdoor
+        if fd is None or not fd.record_file:
+            return True
+        try:
+            with open(fd.record_file, encoding="utf-8") as handle:
+                return handle.read() == record_metrics(record)
+        except FileNotFoundError:
+            return False
 
     # -- the switch --------------------------------------------------------
     def describe(self, record):
@@ -248,8 +261,10 @@ class Cutover:
         active = record.get("active")
         if action == "none" and not records.same_deployment(active, self.green):
             action = "record"
-        if action == "none" and self.frontdoor is not None and self.frontdoor.current() != \
-                upstream_conf(self.green["port"], model=self.green["model"]):
+        if action == "none" and self.frontdoor is not None and (
+                self.frontdoor.current() != self.frontdoor.wanted(self.green["port"],
+                                                                   self.green["model"])
+                or not self._published(record)):
             action = "frontdoor"
         return action, state
 
@@ -277,6 +292,8 @@ class Cutover:
             self._point_green_or_fail(result)
             if action == "record":
                 self._write_record(record, None)
+            else:
+                self.frontdoor.publish(record)
             result["active_before"] = self.green["model"]
             return result
         if action in ("start", "restart"):
@@ -391,8 +408,13 @@ class Cutover:
         restored = bool(blue) and result.get("blue_health", {}).get("ok", True)
         result["rolled_back"] = restored
         result["active_after"] = blue["model"] if restored else None
-        if restored and self.frontdoor is not None:
+        if self.frontdoor is not None:
             try:
-                self.frontdoor.point(blue["port"], blue["model"], blue["served_model_name"])
+                if restored:
+                    self.frontdoor.point(blue["port"], blue["model"], blue["served_model_name"])
+                else:
+                    # Nothing serves and no switch holds the front door any more: clients
+                    # are told the model is unavailable, not that a switch is in progress.
+                    self.frontdoor.point(None, switching=False)
             except FrontDoorError as exc:
                 result["frontdoor_error"] = str(exc)

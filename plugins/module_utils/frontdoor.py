@@ -10,8 +10,10 @@ the old workers. After a reload the switch waits until the front door
 answers the new way, so the caller knows traffic has moved.
 """
 
+import datetime as dt
 import json
 import os
+import re
 import tempfile
 import time
 
@@ -19,6 +21,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import url
 
 UPSTREAM_NAME = "vllm_active"
 HTTP_OK = 200
+HTTP_UNAUTHORIZED = 401
 HTTP_UNAVAILABLE = 503
 # How long vLLM's HTTP server (uvicorn) keeps an idle connection open: vLLM passes
 # VLLM_HTTP_TIMEOUT_KEEP_ALIVE, 5 s unless set, as uvicorn's timeout_keep_alive
@@ -40,27 +43,93 @@ def keepalive_timeout_ms(server_keepalive_s):
     return max(1, int(server_keepalive_s * 1000) // 2)
 
 
-def upstream_conf(port=None, host="127.0.0.1", model=None, server_keepalive_s=VLLM_KEEPALIVE_S):
+# The front door's states, as the upstream file sets them (the 503 says which).
+SERVING = "serving"  # an active model behind it
+SWITCHING = "switching"  # a cutover holds the front door: no model for a moment
+IDLE = "idle"  # no model deployed, or none could be brought back
+_NGINX_WORD = re.compile(r"[A-Za-z0-9_.:-]*")
+
+
+def _nginx_word(value, what):
+    """A value written inside double quotes in nginx's configuration: plain characters only."""
+    text = "" if value is None else str(value)
+    if not _NGINX_WORD.fullmatch(text):
+        raise ValueError(f"{what} {text!r} cannot go into nginx's configuration: wanted letters, "
+                         "digits and . _ : - only")
+    return text
+
+
+def upstream_conf(port=None, host="127.0.0.1", model=None, server_keepalive_s=VLLM_KEEPALIVE_S,
+                  switching=True):
     """The include file: one upstream, pointing at the model or at nothing.
 
     `server_keepalive_s` is how long the model server keeps an idle connection open
     (vLLM's VLLM_HTTP_TIMEOUT_KEEP_ALIVE); nginx drops idle ones after half of it.
+    Without a port the front door has no model: `switching` says whether a cutover
+    holds it (the 503 says "switching") or no model is there at all ("unavailable").
+    Two variables go with it: $vllm_fleet_frontdoor_state (serving, switching, idle)
+    and $vllm_fleet_active_model (the model's name, for the metrics' header).
     """
     if port is None:
+        state = SWITCHING if switching else IDLE
         body = ("    # No model is active: every request gets the 503 of @vllm_unavailable.\n"
                 "    server 127.0.0.1:9 down;\n")
-        head = "# vllm-fleet front door: no active model\n"
+        head = ("# vllm-fleet front door: a model switch is in progress\n" if switching
+                else "# vllm-fleet front door: no active model\n")
+        model = None
     else:
+        state = SERVING
         timeout_ms = keepalive_timeout_ms(server_keepalive_s)
-        body = (f"    server {host}:{int(port)} max_fails=0;\n"
+        body = (f"    server {_nginx_word(host, 'host')}:{int(port)} max_fails=0;\n"
                 "    keepalive 32;\n"
                 f"    # Idle connections go at {timeout_ms} ms, half the model server's "
                 f"{server_keepalive_s:g} s keep-alive:\n"
                 "    # reusing one the server has just closed would fail a request.\n"
                 f"    keepalive_timeout {timeout_ms}ms;\n")
         head = f"# vllm-fleet front door: active model {model or '?'}\n"
+    name = _nginx_word(model or "", "model name")
     return (head + "# Written by vllm_fleet.fleet.vllm_cutover; do not edit.\n"
+            f'map $server_port $vllm_fleet_frontdoor_state {{ default "{state}"; }}\n'
+            f'map $server_port $vllm_fleet_active_model {{ default "{name}"; }}\n'
             f"upstream {UPSTREAM_NAME} {{\n{body}}}\n")
+
+
+def _prom_label(value):
+    """A Prometheus label value (text format 0.0.4): backslash, quote and newline escaped."""
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def record_metrics(record):
+    """The deployment record as Prometheus text: what the host serves, which revision, since when.
+
+    `vllm_fleet_active_model_info` is 1 with the active model's labels (absent when none);
+    `vllm_fleet_active_since_seconds` is when it became active (Unix time).
+    """
+    active = (record or {}).get("active") or None
+    lines = [
+        ("# HELP vllm_fleet_active_model_info The model this host serves behind its front door "
+         "(1), with its revision."),
+        "# TYPE vllm_fleet_active_model_info gauge",
+    ]
+    if active:
+        labels = ",".join(
+            f'{key}="{_prom_label(active.get(key) or "")}"'
+            for key in ("model", "served_model_name", "repo_id", "revision", "vllm_version"))
+        lines.append(f"vllm_fleet_active_model_info{{{labels}}} 1")
+    lines += [
+        ("# HELP vllm_fleet_active_since_seconds When the active model became active "
+         "(Unix time, seconds)."),
+        "# TYPE vllm_fleet_active_since_seconds gauge",
+    ]
+    since = (active or {}).get("since")
+    if since:
+        try:
+            stamp = dt.datetime.fromisoformat(since).timestamp()
+        except ValueError:
+            stamp = None
+        if stamp is not None:
+            lines.append(f"vllm_fleet_active_since_seconds {stamp:.0f}")
+    return "\n".join(lines) + "\n"
 
 
 def read_upstream(path):
@@ -96,11 +165,17 @@ class FrontDoorError(Exception):
 
 
 class FrontDoor:
-    """Switch nginx's upstream. `url` is the front door's own base URL."""
+    """Switch nginx's upstream. `url` is the front door's own base URL.
+
+    `key_file` holds the front door's own API key (one line): the settle check sends it
+    as a bearer token when the front door asks for keys. `record_file` is where the
+    deployment record is published as Prometheus text (served at /metrics/vllm-fleet).
+    """
 
     def __init__(self, run_command, upstream_file, url, test_cmd=("nginx", "-t"),
                  reload_cmd=("systemctl", "reload", "nginx"), request=urllib_request,
-                 clock=time.monotonic, sleep=time.sleep, settle_timeout=10.0):
+                 clock=time.monotonic, sleep=time.sleep, settle_timeout=10.0, key_file=None,
+                 record_file=None):
         self.run = run_command
         self.upstream_file = upstream_file
         self.url = url.rstrip("/")
@@ -110,18 +185,41 @@ class FrontDoor:
         self.clock = clock
         self.sleep = sleep
         self.settle_timeout = settle_timeout
+        self.key_file = key_file
+        self.record_file = record_file
 
     def current(self):
         return read_upstream(self.upstream_file)
 
-    def point(self, port=None, model=None, served_model_name=None):
+    def wanted(self, port=None, model=None, switching=True):
+        """The upstream text for this state (the same renderer the role uses)."""
+        return upstream_conf(port, model=model, switching=switching)
+
+    def publish(self, record):
+        """Write the deployment record's metrics file (atomically); nothing without one."""
+        if self.record_file:
+            write_atomic(self.record_file, record_metrics(record), prefix=".deployment.")
+
+    def _headers(self):
+        """The bearer token for the front door, read when it is needed (never kept or logged)."""
+        if not self.key_file:
+            return {}
+        try:
+            with open(self.key_file, encoding="utf-8") as handle:
+                key = handle.readline().strip()
+        except OSError as exc:
+            raise FrontDoorError(f"cannot read the front door's key file {self.key_file}: "
+                                 f"{exc.strerror or exc}") from None
+        return {"headers": {"Authorization": f"Bearer {key}"}} if key else {}
+
+    def point(self, port=None, model=None, served_model_name=None, switching=True):
         """Point the front door at a port (or at nothing) and wait until it answers so.
 
         Returns seconds spent. The old file is put back if nginx rejects the new one or
         the reload fails.
         """
         start = self.clock()
-        wanted = upstream_conf(port, model=model)
+        wanted = self.wanted(port, model, switching)
         old = self.current()
         if old != wanted:
             write_atomic(self.upstream_file, wanted)
@@ -152,8 +250,14 @@ class FrontDoor:
         """Wait until /v1/models through the front door shows the new state."""
         deadline = self.clock() + self.settle_timeout
         last = ""
+        auth = self._headers()
         while True:
-            res = self.request("GET", self.url + "/v1/models", timeout=5.0)
+            res = self.request("GET", self.url + "/v1/models", timeout=5.0, **auth)
+            if res.status == HTTP_UNAUTHORIZED:
+                raise FrontDoorError(
+                    f"front door {self.url} answered 401: it does not accept "
+                    + (f"the key in {self.key_file}" if self.key_file else
+                       "requests without a key (give the cutover the front door's own key file)"))
             if served_model_name is None:
                 if res.status == HTTP_UNAVAILABLE:
                     return

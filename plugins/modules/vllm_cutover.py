@@ -102,6 +102,17 @@ options:
         type: list
         elements: str
         default: [systemctl, reload, nginx]
+      key_file:
+        description:
+          - File whose first line is the front door's own API key, sent as a bearer token
+            when the switch is confirmed through the front door. The key is read on the host
+            and never returned or logged. Omit when the front door is open.
+        type: path
+      record_file:
+        description:
+          - Where the deployment record is published as Prometheus text (the front door
+            serves it at C(/metrics/vllm-fleet)). Omit for none.
+        type: path
   progress_file:
     description: JSON file on the host where a starting unit's progress is written (unset, none is).
     type: path
@@ -256,6 +267,8 @@ def main():
                 "test_cmd": {"type": "list", "elements": "str", "default": ["nginx", "-t"]},
                 "reload_cmd": {"type": "list", "elements": "str",
                                "default": ["systemctl", "reload", "nginx"]},
+                "key_file": {"type": "path"},
+                "record_file": {"type": "path"},
             }},
             "progress_file": {"type": "path"},
             "progress_interval": {"type": "float", "default": 10.0},
@@ -292,7 +305,8 @@ def main():
     if p["frontdoor"]:
         fd = p["frontdoor"]
         frontdoor = FrontDoor(run_command, fd["upstream_file"], fd["url"],
-                              test_cmd=fd["test_cmd"], reload_cmd=fd["reload_cmd"])
+                              test_cmd=fd["test_cmd"], reload_cmd=fd["reload_cmd"],
+                              key_file=fd["key_file"], record_file=fd["record_file"])
         green["frontdoor_url"] = fd["url"]
     settings = Settings(strategy=p["strategy"], restart=p["restart"],
                         health_interval=p["health_interval"], smoke_prompt=p["smoke_prompt"],

@@ -19,35 +19,28 @@ kept idle past the backend's timeout fails; one sent on a fresh or recently used
 connection is answered.
 """
 
-import contextlib
 import json
-import os
-import re
 import select
-import shutil
 import socket
-import subprocess
 import threading
 import time
 import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import jinja2
 import pytest
 import yaml
-from ansible.plugins.filter.core import comment
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import upstream_conf
-from repo_paths import ROOT
+from nginx_frontdoor import HAVE_NGINX, ROLE, front_door
 
-NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 IDLE_TIMEOUT_S = 1.0  # the backend's keep-alive
 PAUSE_S = 2.0  # between rounds: past the backend's timeout by 1 s, short of nginx's default 60 s
 ROUNDS = 3
-ROLE = ROOT / "roles" / "vllm_frontdoor"
+# The front door is open here: this test is about connections, not keys.
+OPEN = {"vllm_frontdoor_open": True}
 
 pytestmark = pytest.mark.skipif(
-    not os.access(NGINX, os.X_OK),
+    not HAVE_NGINX,
     reason="nginx is not installed (apt-get install -y --no-install-recommends nginx)",
 )
 
@@ -113,81 +106,6 @@ class BackendHandler(BaseHTTPRequestHandler):
         self.wfile.write(answer)
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _render_site(upstream_file, port):
-    """The role's server block, as Ansible's template module renders it."""
-    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
-    defaults.update(
-        vllm_frontdoor_listen="127.0.0.1",
-        vllm_frontdoor_port=port,
-        vllm_frontdoor_upstream_file=str(upstream_file),
-        ansible_managed="Ansible managed",
-    )
-    env = jinja2.Environment(  # noqa: S701 - nginx configuration, not HTML: Ansible escapes nothing
-        undefined=jinja2.StrictUndefined, keep_trailing_newline=True
-    )
-    env.filters["comment"] = comment
-    return env.from_string((ROLE / "templates" / "vllm-fleet.conf.j2").read_text()).render(defaults)
-
-
-@contextlib.contextmanager
-def front_door(tmp_path, upstream_text):
-    """nginx in a temporary prefix with the front door's server block and this upstream."""
-    prefix = tmp_path / "nginx"
-    for d in ("logs", "temp"):
-        (prefix / d).mkdir(parents=True)
-    upstream = prefix / "upstream.conf"
-    upstream.write_text(upstream_text)
-    port = _free_port()
-    (prefix / "site.conf").write_text(_render_site(upstream, port))
-    temp = prefix / "temp"
-    user = "user root root;\n" if os.geteuid() == 0 else ""  # workers write in tmp_path
-    (prefix / "nginx.conf").write_text(
-        f"{user}worker_processes 1;\n"
-        f"pid {prefix}/nginx.pid;\n"
-        f"error_log {prefix}/logs/error.log info;\n"
-        "events { worker_connections 64; }\n"
-        "http {\n"
-        f"    access_log {prefix}/logs/access.log;\n"
-        f"    client_body_temp_path {temp}/client;\n"
-        f"    proxy_temp_path {temp}/proxy;\n"
-        f"    fastcgi_temp_path {temp}/fastcgi;\n"
-        f"    uwsgi_temp_path {temp}/uwsgi;\n"
-        f"    scgi_temp_path {temp}/scgi;\n"
-        f"    include {prefix}/site.conf;\n"
-        "}\n"
-    )
-    args = [
-        NGINX,
-        "-p",
-        str(prefix),
-        "-e",
-        str(prefix / "logs" / "error.log"),
-        "-c",
-        str(prefix / "nginx.conf"),
-    ]
-    checked = subprocess.run([*args, "-t"], capture_output=True, text=True, check=False)
-    assert checked.returncode == 0, checked.stderr
-    proc = subprocess.Popen([*args, "-g", "daemon off;"], stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-                break
-            assert proc.poll() is None, proc.stderr.read()
-            assert time.monotonic() < deadline, "nginx did not listen within 10 s"
-            time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}", prefix
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
 def _complete(url, prompt):
     """One POST /v1/completions through the front door, on its own client connection."""
     req = urllib.request.Request(
@@ -241,16 +159,14 @@ def test_connections_kept_past_the_servers_keep_alive_fail_requests_without_the_
         upstream_conf(backend.server_address[1], model="tiny_gqa", server_keepalive_s=1)
     )
     assert "keepalive 32;" in text
-    with front_door(tmp_path, text) as (url, prefix):
+    with front_door(tmp_path, text, **OPEN) as (url, prefix):
         results = _rounds(url)
-    site = (prefix / "site.conf").read_text()
-    retry_after = re.search(r"add_header Retry-After (\d+) always;", site).group(1)
-    unavailable = json.loads(
-        re.search(r"location @vllm_unavailable \{.*?return 503 '(.*?)';", site, re.DOTALL).group(1)
-    )
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    retry_after = str(defaults["vllm_frontdoor_unavailable_retry_after_s"])
     failed = [(r, n) for r, n, status, _h, _b in results if status != 200]
     # The first request after each pause goes out on the connection nginx kept: the
-    # backend dropped it, and the client is told a model switch is in progress.
+    # backend dropped it, and the client gets a 503. No switch is in progress (the
+    # upstream says "serving"), so the 503 says the model is unavailable, not switching.
     assert (0, 0) not in failed
     assert {(r, 0) for r in range(1, ROUNDS)} <= set(failed)
     assert len(failed) == backend.closed_idle
@@ -258,7 +174,7 @@ def test_connections_kept_past_the_servers_keep_alive_fail_requests_without_the_
         if (r, n) in failed:
             assert status == 503
             assert headers["Retry-After"] == retry_after
-            assert body == unavailable  # today: "a model switch is in progress"
+            assert body["error"]["code"] == "model_unavailable"
         else:
             assert body["choices"][0]["text"] == f" echo round {r} request {n}"
     upstream_errors = [
@@ -272,7 +188,7 @@ def test_connections_kept_past_the_servers_keep_alive_fail_requests_without_the_
 def test_upstream_conf_drops_idle_connections_before_the_server_does(tmp_path, backend):
     text = upstream_conf(backend.server_address[1], model="tiny_gqa", server_keepalive_s=1)
     assert "keepalive_timeout 500ms;" in text
-    with front_door(tmp_path, text) as (url, _prefix):
+    with front_door(tmp_path, text, **OPEN) as (url, _prefix):
         results = _rounds(url)
     assert [(r, n, status) for r, n, status, _h, _b in results] == [
         (r, n, 200) for r in range(ROUNDS) for n in range(2)

@@ -262,9 +262,12 @@ class FakeHost:
         return 0, "", ""
 
     # -- HTTP --------------------------------------------------------------------
-    def request(self, method, url, payload=None, timeout=10.0):
+    def request(self, method, url, payload=None, timeout=10.0, headers=None):
         self.http.append((method, url))
         if self.nginx and url.startswith(self.nginx.url + "/"):
+            sent = (headers or {}).get("Authorization")
+            if self.nginx.key and sent != f"Bearer {self.nginx.key}":
+                return HttpResult(401, json.dumps({"error": {"code": "invalid_api_key"}}))
             return self.nginx.proxy(method, url[len(self.nginx.url):], payload)
         unit = next((u for u in self.units.values() if u.url and url.startswith(u.url + "/")),
                     None)
@@ -308,8 +311,9 @@ class FakeNginx:
 
     SERVER = re.compile(r"^\s*server\s+([0-9.]+):(\d+)([^;]*);", re.MULTILINE)
 
-    def __init__(self, host, url, upstream_file, *, active=True):
+    def __init__(self, host, url, upstream_file, *, active=True, key=None):
         self.host = host
+        self.key = key  # the API key it asks for (None: an open front door)
         self.url = url.rstrip("/")
         self.upstream_file = Path(upstream_file)
         self.active = active

@@ -25,12 +25,14 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.cutover import (
 )
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import (
     FrontDoor,
+    record_metrics,
     upstream_conf,
 )
 
 from unit.fake_host import CRASH, FakeHost
 
 B, G = "vllm-blue.service", "vllm-green.service"
+STOP = "stop"
 FD_URL = "http://127.0.0.1:8000"
 BLUE_PORT = 8101
 GIB = 1024 ** 3
@@ -54,7 +56,7 @@ class World:
     """Blue active (recorded, behind the front door), green installed, nginx loaded with blue."""
 
     def __init__(self, tmp_path, port, *, blue_gpus=(0, 1, 2, 3), green_gpus=(0, 1, 2, 3),
-                 green_warmup=0.0, green=None, active="blue"):
+                 green_warmup=0.0, green=None, active="blue", key=None, sent_key=None):
         self.host = FakeHost()
         self.host.cgroup_root = str(tmp_path / "cgroup")
         self.blue = dict(spec("blue", BLUE_PORT, list(blue_gpus)),
@@ -67,8 +69,14 @@ class World:
         self.file = tmp_path / "nginx" / "upstream.conf"
         self.file.parent.mkdir()
         self.file.write_text(upstream_conf(BLUE_PORT, model="blue"))
-        self.nginx = self.host.frontdoor(FD_URL, self.file)
+        self.nginx = self.host.frontdoor(FD_URL, self.file, key=key)
         self.nginx.loaded = BLUE_PORT
+        # The own key file the cutover reads (what it holds: sent_key, else the right key).
+        self.key_file = None
+        if key is not None:
+            self.key_file = tmp_path / "nginx" / "own.key"
+            self.key_file.write_text((sent_key or key) + "\n")
+        self.record_file = tmp_path / "nginx" / "deployment.prom"
         self.state_file = tmp_path / "vllm_fleet.fact"
         recorded = self.blue if active == "blue" else dict(self.green, since=self.blue["since"])
         record_mod.write(str(self.state_file),
@@ -77,7 +85,10 @@ class World:
 
     def cutover(self, **kwargs):
         door = FrontDoor(self.host.run_command, str(self.file), FD_URL, request=self.host.request,
-                         clock=self.host.clock, sleep=self.host.sleep)
+                         clock=self.host.clock, sleep=self.host.sleep,
+                         key_file=str(self.key_file) if self.key_file else None,
+                         record_file=str(self.record_file) if kwargs.pop("publish", False)
+                         else None)
         host = Host(self.host.run_command, request=self.host.request, clock=self.host.clock,
                     wall=self.host.wall, sleep=self.host.sleep, cgroup_root=self.host.cgroup_root)
         procs = kwargs.pop("gpu_processes", None)
@@ -269,7 +280,7 @@ def test_sequential_rollback_points_the_front_door_back_at_blue_after_its_gate(t
     assert world.state_file.read_bytes() == world.record_bytes
 
 
-def test_rollback_where_blue_fails_too_leaves_the_front_door_at_none(tmp_path, port):
+def test_rollback_where_blue_fails_too_leaves_the_front_door_at_none_and_idle(tmp_path, port):
     world = World(tmp_path, port, green=CRASH)
     world.b.behaviour = CRASH  # it runs now, but will not come back once stopped
     exc = world.fail()
@@ -278,8 +289,11 @@ def test_rollback_where_blue_fails_too_leaves_the_front_door_at_none(tmp_path, p
                        "its health gate either (vllm-blue.service failed (failed)).")
     assert (exc.fields["rolled_back"], exc.fields["active_after"]) == (False, None)
     assert "frontdoor_error" not in exc.fields
-    assert world.nginx.switches == [(0.0, None)]
-    assert world.file.read_text() == upstream_conf(None)
+    # Closed for the switch, then, with nothing brought back, no longer "switching": the
+    # 503 clients get says the model is unavailable.
+    assert [port for _t, port in world.nginx.switches] == [None, None]
+    assert world.file.read_text() == upstream_conf(None, switching=False)
+    assert 'vllm_fleet_frontdoor_state { default "idle"; }' in world.file.read_text()
     res = world.host.request("GET", FD_URL + "/v1/models")
     assert res.status == 503
 
@@ -298,6 +312,61 @@ def test_parallel_front_door_rejected_rolls_back_with_blue_still_serving(tmp_pat
     assert world.file.read_text() == upstream_conf(BLUE_PORT, model="blue")
     assert (world.nginx.switches, world.nginx.loaded) == ([], BLUE_PORT)
     assert world.b.active_state == "active"
+
+
+# -- keys and the published record ------------------------------------------------------------
+OWN_KEY = "own-key-of-the-front-door-0123"
+
+
+def test_a_switch_settles_with_the_own_key_and_publishes_the_record(tmp_path, port):
+    world = World(tmp_path, port, key=OWN_KEY)
+    result = world.run(publish=True)
+    assert (result["action"], result["active_after"], result["rolled_back"]) == (
+        "switch", "green", False)
+    assert world.nginx.loaded == port
+    saved = record_mod.load(str(world.state_file))
+    assert saved["active"]["model"] == "green"
+    assert world.record_file.read_text() == record_metrics(saved)
+    assert 'vllm_fleet_active_model_info{model="green",served_model_name="green-model",' in \
+        world.record_file.read_text()
+    # A re-run finds everything as it should be: nothing to do, nothing rewritten.
+    assert world.run(publish=True)["action"] == "none"
+
+
+def test_a_front_door_that_refuses_the_own_key_rolls_the_switch_back(tmp_path, port):
+    world = World(tmp_path, port, key=OWN_KEY, sent_key="a-key-the-front-door-does-not-know")
+    exc = world.fail(publish=True)
+    # Found when the front door is closed for the switch, before blue is touched.
+    assert exc.msg == ("cutover to green failed: front door http://127.0.0.1:8000 answered 401: "
+                       f"it does not accept the key in {world.key_file}. "
+                       "Rolled back: blue is serving again.")
+    assert (STOP, B) not in world.host.state_calls()
+    assert world.nginx.loaded == BLUE_PORT
+    assert record_mod.load(str(world.state_file))["active"]["model"] == "blue"
+    assert not world.record_file.exists()  # the record did not change: nothing published
+
+
+def test_an_unreadable_own_key_file_is_a_frontdoor_error_naming_the_file(tmp_path, port):
+    world = World(tmp_path, port, key=OWN_KEY)
+    world.key_file.unlink()
+    exc = world.fail()
+    assert f"cannot read the front door's key file {world.key_file}: No such file" in exc.msg
+    assert exc.fields["rolled_back"] is True
+
+
+def test_a_missing_published_record_is_the_frontdoor_action_then_none(tmp_path, port):
+    """A host that ran an older vllm-fleet has a record but no metrics file: one re-run makes it."""
+    world = World(tmp_path, port, active="green")
+    world.host.run_command(["systemctl", "start", G])
+    world.file.write_text(upstream_conf(port, model="green"))
+    world.nginx.loaded = port
+    world.host.timeline.clear()
+    first = world.run(publish=True)
+    assert (first["action"], first["changed"]) == ("frontdoor", True)
+    assert world.host.timeline == []  # the upstream was right: nginx untouched
+    assert world.record_file.read_text() == record_metrics(record_mod.load(str(world.state_file)))
+    assert world.state_file.read_bytes() == world.record_bytes
+    assert world.run(publish=True)["action"] == "none"
 
 
 # -- the front door alone -----------------------------------------------------------------------

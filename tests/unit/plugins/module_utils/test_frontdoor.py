@@ -42,6 +42,8 @@ def test_upstream_conf_for_a_port():
     assert upstream_conf(8102, model="green") == (
         "# vllm-fleet front door: active model green\n"
         "# Written by vllm_fleet.fleet.vllm_cutover; do not edit.\n"
+        'map $server_port $vllm_fleet_frontdoor_state { default "serving"; }\n'
+        'map $server_port $vllm_fleet_active_model { default "green"; }\n'
         "upstream vllm_active {\n"
         "    server 127.0.0.1:8102 max_fails=0;\n"
         "    keepalive 32;\n"
@@ -55,6 +57,8 @@ def test_upstream_conf_for_a_port_given_as_text_and_no_model_name():
     assert upstream_conf("8102", host="10.0.0.5", server_keepalive_s=75) == (
         "# vllm-fleet front door: active model ?\n"
         "# Written by vllm_fleet.fleet.vllm_cutover; do not edit.\n"
+        'map $server_port $vllm_fleet_frontdoor_state { default "serving"; }\n'
+        'map $server_port $vllm_fleet_active_model { default ""; }\n'
         "upstream vllm_active {\n"
         "    server 10.0.0.5:8102 max_fails=0;\n"
         "    keepalive 32;\n"
@@ -64,24 +68,46 @@ def test_upstream_conf_for_a_port_given_as_text_and_no_model_name():
         "}\n")
 
 
-def test_upstream_conf_for_none():
+def test_upstream_conf_for_none_during_a_switch():
     assert upstream_conf(None, model="ignored") == (
-        "# vllm-fleet front door: no active model\n"
+        "# vllm-fleet front door: a model switch is in progress\n"
         "# Written by vllm_fleet.fleet.vllm_cutover; do not edit.\n"
+        'map $server_port $vllm_fleet_frontdoor_state { default "switching"; }\n'
+        'map $server_port $vllm_fleet_active_model { default ""; }\n'
         "upstream vllm_active {\n"
         "    # No model is active: every request gets the 503 of @vllm_unavailable.\n"
         "    server 127.0.0.1:9 down;\n"
         "}\n")
 
 
+def test_upstream_conf_for_none_outside_a_switch_is_idle():
+    text = upstream_conf(None, switching=False)
+    assert text.startswith("# vllm-fleet front door: no active model\n")
+    assert 'map $server_port $vllm_fleet_frontdoor_state { default "idle"; }\n' in text
+    assert "    server 127.0.0.1:9 down;\n" in text
+
+
+@pytest.mark.parametrize(("field", "kwargs"), [
+    ("model name", {"port": 8102, "model": 'x"; } server evil:1; #'}),
+    ("model name", {"port": 8102, "model": "tiny\n"}),
+    ("model name", {"port": 8102, "model": "a b"}),
+    ("host", {"port": 8102, "host": "127.0.0.1;\n"}),
+])
+def test_upstream_conf_refuses_values_that_would_change_nginx_configuration(field, kwargs):
+    """Written inside nginx's quotes: a quote, space, semicolon or newline would add syntax."""
+    with pytest.raises(ValueError, match=f"^{field} .* cannot go into nginx's configuration"):
+        upstream_conf(**kwargs)
+
+
 def test_the_roles_initial_upstream_is_the_cutovers_none():
     """The role writes it once (force: false) through the cutover's own renderer."""
     tasks = yaml.safe_load((ROOT / "roles/vllm_frontdoor/tasks/main.yml").read_text())
-    copy = next(t["ansible.builtin.copy"] for t in tasks if "ansible.builtin.copy" in t)
+    copy = next(t["ansible.builtin.copy"] for t in tasks
+                if "ansible.builtin.copy" in t and "upstream" in t["name"])
     assert copy["content"] == "{{ none | vllm_fleet.fleet.frontdoor_upstream }}"
     assert copy["force"] is False
     filters = FrontdoorFilters().filters()
-    assert filters["frontdoor_upstream"](None) == upstream_conf(None)
+    assert filters["frontdoor_upstream"](None) == upstream_conf(None, switching=False)
     assert filters["frontdoor_upstream"]("8011", model="m") == upstream_conf(8011, model="m")
 
 
@@ -429,3 +455,31 @@ def test_drain_of_a_stalled_engine_times_out_with_its_waiting_requests():
                     sleep=server.sleep, interval_s=0.25)
     assert outcome == {"drained": False, "seconds": 1.0, "running": 0, "waiting": 6}
     assert len(server.urls) == 5
+
+
+# -- the deployment record as metrics ----------------------------------------------------------
+def test_record_metrics_without_an_active_model_has_the_help_lines_only():
+    text = frontdoor_mod.record_metrics({"active": None, "previous": None, "history": []})
+    assert [line for line in text.splitlines() if not line.startswith("#")] == []
+    assert text.count("# TYPE ") == 2
+
+
+def test_record_metrics_escapes_label_values_as_the_text_format_wants():
+    """Prometheus text format 0.0.4: backslash, double quote and line feed are escaped."""
+    active = {"model": "m", "served_model_name": 'a"b\\c\nd', "repo_id": None,
+              "revision": "r", "vllm_version": "v", "since": "not a time"}
+    lines = frontdoor_mod.record_metrics({"active": active}).splitlines()
+    info = [line for line in lines if line.startswith("vllm_fleet_active_model_info{")]
+    assert info == ['vllm_fleet_active_model_info{model="m",served_model_name="a\\"b\\\\c\\nd",'
+                    'repo_id="",revision="r",vllm_version="v"} 1']
+    assert not [line for line in lines if line.startswith("vllm_fleet_active_since_seconds")]
+
+
+def test_publish_writes_nothing_without_a_record_file(tmp_path):
+    door = FrontDoor(None, str(tmp_path / "upstream.conf"), FD_URL)
+    door.publish({"active": {"model": "m"}})
+    assert list(tmp_path.iterdir()) == []
+    door.record_file = str(tmp_path / "deployment.prom")
+    door.publish({"active": {"model": "m", "since": "2026-11-30T20:00:00+00:00"}})
+    assert (tmp_path / "deployment.prom").read_text().endswith(
+        "vllm_fleet_active_since_seconds 1796068800\n")

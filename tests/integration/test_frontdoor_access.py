@@ -1,0 +1,318 @@
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
+"""Issue 13: who gets in through the front door, what it tells them, and what it exposes.
+
+Real nginx (Debian's package) runs the role's own server block and keys map
+(tests/nginx_frontdoor.py renders them as Ansible does) in a temporary prefix; behind it a
+small OpenAI-shaped backend records every request it gets, headers included. TLS uses a
+self-signed certificate made here with openssl. The cutover's FrontDoor is driven against
+the same nginx (its `nginx -t` and reload are this nginx's).
+"""
+
+import json
+import re
+import shutil
+import ssl
+import subprocess
+import threading
+import urllib.error
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import yaml
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import (
+    FrontDoor,
+    FrontDoorError,
+    record_metrics,
+    upstream_conf,
+)
+from nginx_frontdoor import HAVE_NGINX, NGINX, ROLE, front_door
+
+pytestmark = pytest.mark.skipif(
+    not HAVE_NGINX,
+    reason="nginx is not installed (apt-get install -y --no-install-recommends nginx)",
+)
+
+KEY = "client-key-for-the-test-0123456789"
+OTHER = "second-client-key-abcdefghijkl"
+OWN = "own-key-of-the-front-door-0123"
+KEYS = {"vllm_frontdoor_api_keys": [KEY, OTHER]}
+DEFAULTS = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+PATTERN = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["__vllm_frontdoor_key_pattern"]
+METRICS = (
+    "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+    "# TYPE vllm:num_requests_running gauge\n"
+    'vllm:num_requests_running{engine="0",model_name="tiny-gqa"} 0.0\n'
+)
+
+
+class Backend(ThreadingHTTPServer):
+    """A model server that answers like vLLM and keeps every request's headers."""
+
+    daemon_threads = True
+
+    def __init__(self):
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.seen = []  # (method, path, headers)
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, fmt, *args):
+        pass
+
+    def _send(self, status, body, ctype="application/json"):
+        data = body.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        self.server.seen.append(("GET", self.path, dict(self.headers)))
+        if self.path == "/health":
+            self._send(200, "")
+        elif self.path == "/v1/models":
+            self._send(200, json.dumps({"object": "list", "data": [{"id": "tiny-gqa"}]}))
+        elif self.path == "/metrics":
+            self._send(200, METRICS, "text/plain; version=0.0.4")
+        else:
+            self._send(404, json.dumps({"error": {"message": "not found"}}))
+
+    def do_POST(self):
+        self.server.seen.append(("POST", self.path, dict(self.headers)))
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+        if not body.get("stream"):
+            self._send(200, json.dumps({"model": "tiny-gqa", "choices": [
+                {"index": 0, "message": {"role": "assistant", "content": "hi"}}]}))
+            return
+        # Server-sent events, chunked, as vLLM streams them.
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for word in ("hel", "lo", "[DONE]"):
+            event = (f"data: {word}\n\n" if word == "[DONE]" else
+                     f"data: {json.dumps({'choices': [{'delta': {'content': word}}]})}\n\n")
+            self.wfile.write(f"{len(event.encode()):x}\r\n{event}\r\n".encode())
+            self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")
+
+
+@pytest.fixture
+def backend():
+    server = Backend()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def call(url, path, key=None, payload=None, context=None):
+    """(status, headers, body text) of one request to the front door."""
+    headers = {"Content-Type": "application/json"}
+    if key is not None:
+        headers["Authorization"] = f"Bearer {key}"
+    data = json.dumps(payload).encode() if payload is not None else None
+    req = urllib.request.Request(url + path, data=data, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=10, context=context) as r:
+            return r.status, dict(r.headers), r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read().decode()
+
+
+CHAT = {"model": "tiny-gqa", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def test_no_key_or_a_wrong_key_gets_401_in_openais_shape_and_never_reaches_the_model(
+        tmp_path, backend):
+    up = upstream_conf(backend.server_address[1], model="tiny_gqa")
+    with front_door(tmp_path, up, own_key=OWN, **KEYS) as (url, _prefix):
+        answers = [call(url, "/v1/models"),
+                   call(url, "/v1/chat/completions", "not-a-key-at-all-000000", CHAT),
+                   call(url, "/v1/models", KEY.upper()),  # keys are case-sensitive
+                   call(url, "/metrics"),
+                   call(url, "/metrics/vllm-fleet")]
+    for status, headers, body in answers:
+        assert status == 401
+        assert headers["WWW-Authenticate"] == 'Bearer realm="vllm-fleet"'
+        assert headers["Content-Type"] == "application/json"
+        error = json.loads(body)["error"]
+        assert (error["type"], error["code"], error["param"]) == (
+            "invalid_request_error", "invalid_api_key", None)
+    assert backend.seen == []
+
+
+def test_each_key_gets_in_chat_and_streaming_and_the_key_stops_at_the_front_door(
+        tmp_path, backend):
+    up = upstream_conf(backend.server_address[1], model="tiny_gqa")
+    with front_door(tmp_path, up, own_key=OWN, **KEYS) as (url, prefix):
+        chat = call(url, "/v1/chat/completions", KEY, CHAT)
+        stream = call(url, "/v1/chat/completions", OTHER, dict(CHAT, stream=True))
+        own = call(url, "/v1/models", OWN)
+        logs = "".join(p.read_text() for p in (prefix / "logs").iterdir())
+    assert chat[0] == 200
+    assert json.loads(chat[2])["choices"][0]["message"]["content"] == "hi"
+    assert stream[0] == 200
+    assert stream[1]["Content-Type"] == "text/event-stream"
+    assert [line for line in stream[2].split("\n") if line] == [
+        'data: {"choices": [{"delta": {"content": "hel"}}]}',
+        'data: {"choices": [{"delta": {"content": "lo"}}]}',
+        "data: [DONE]"]
+    assert own[0] == 200
+    assert [(m, p) for m, p, _h in backend.seen] == [
+        ("POST", "/v1/chat/completions"), ("POST", "/v1/chat/completions"), ("GET", "/v1/models")]
+    # The model server never sees a key (it could not log one).
+    assert all("Authorization" not in headers for _m, _p, headers in backend.seen)
+    assert "/v1/chat/completions" in logs  # the access log is there ...
+    for key in (KEY, OTHER, OWN):
+        assert key not in logs  # ... and holds no key
+
+
+def test_the_keys_file_is_the_keys_and_the_own_key_and_nothing_else(tmp_path, backend):
+    up = upstream_conf(backend.server_address[1], model="tiny_gqa")
+    with front_door(tmp_path, up, own_key=OWN, **KEYS) as (_url, prefix):
+        lines = [line for line in (prefix / "api-keys.map").read_text().splitlines()
+                 if line and not line.startswith("#")]
+    # Regular expressions: nginx compares a map's plain strings case-insensitively.
+    assert lines == [f'"~^Bearer {re.escape(k)}$" 1;' for k in (KEY, OTHER, OWN)]
+
+
+@pytest.mark.parametrize("key", [
+    "short-key",  # fewer than 16 characters
+    'abcdefghijklmnop" 1; default 1; #',  # would close the quote and open the door
+    "abcdefghijklmnopqrstuvwxyz\n",  # a trailing newline ($ would have let it through)
+    "abcdefghijklmnop qrstuvwxyz",
+    "abcdefghijklmnop;qrstuvwxyz",
+])
+def test_the_roles_key_rule_refuses_what_could_change_the_map(key):
+    """The role's assert applies this pattern with Jinja's `match` (re.match)."""
+    assert re.match(PATTERN, key) is None
+
+
+@pytest.mark.parametrize("key", [KEY, OWN, "sk-proj-AbC_123.xyz~+/=-0000"])
+def test_the_roles_key_rule_takes_bearer_tokens(key):
+    assert re.match(PATTERN, key)
+
+
+def test_keys_with_every_allowed_character_match_only_themselves(tmp_path, backend):
+    """. + / = ~ - _ are literal in the map's expressions; a near miss is refused."""
+    odd = "sk-proj-AbC_123.xyz~+/=-0000"
+    up = upstream_conf(backend.server_address[1], model="tiny_gqa")
+    with front_door(tmp_path, up, own_key=OWN, vllm_frontdoor_api_keys=[odd]) as (url, _p):
+        assert call(url, "/v1/models", odd)[0] == 200
+        for near in ("sk-proj-AbC_123Xxyz~+/=-0000", "sk-proj-AbC_123.xyz~++/=-0000",
+                     odd + "0", odd[:-1], "x" + odd):
+            assert call(url, "/v1/models", near)[0] == 401, near
+
+
+def test_health_is_open_and_metrics_name_the_active_model(tmp_path, backend):
+    up = upstream_conf(backend.server_address[1], model="tiny_gqa")
+    record = {"active": {"model": "tiny_gqa", "served_model_name": "tiny-gqa",
+                         "repo_id": "vllm-fleet-lab/tiny-gqa", "revision": "a" * 40,
+                         "vllm_version": "0.32.0-cpu", "since": "2026-11-30T20:00:00+00:00"}}
+    with front_door(tmp_path, up, own_key=OWN, **KEYS) as (url, prefix):
+        health = call(url, "/health")
+        metrics = call(url, "/metrics", KEY)
+        missing = call(url, "/metrics/vllm-fleet", KEY)
+        (prefix / "deployment.prom").write_text(record_metrics(record))
+        deployment = call(url, "/metrics/vllm-fleet", KEY)
+    assert health[0] == 200
+    assert metrics[0] == 200
+    assert metrics[1]["X-Vllm-Fleet-Model"] == "tiny_gqa"
+    assert 'vllm:num_requests_running{engine="0",model_name="tiny-gqa"} 0.0' in metrics[2]
+    assert missing[0] == 404  # before the first cutover writes it
+    assert deployment[0] == 200
+    assert deployment[1]["Content-Type"] == "text/plain; version=0.0.4"
+    assert deployment[2].splitlines()[2:] == [
+        ('vllm_fleet_active_model_info{model="tiny_gqa",served_model_name="tiny-gqa",'
+         f'repo_id="vllm-fleet-lab/tiny-gqa",revision="{"a" * 40}",vllm_version="0.32.0-cpu"}} 1'),
+        ("# HELP vllm_fleet_active_since_seconds When the active model became active "
+         "(Unix time, seconds)."),
+        "# TYPE vllm_fleet_active_since_seconds gauge",
+        "vllm_fleet_active_since_seconds 1796068800"]
+
+
+def test_an_open_front_door_asks_for_no_key(tmp_path, backend):
+    up = upstream_conf(backend.server_address[1], model="tiny_gqa")
+    with front_door(tmp_path, up, vllm_frontdoor_open=True) as (url, prefix):
+        status, _h, _b = call(url, "/v1/models")
+    assert status == 200
+    assert not (prefix / "api-keys.map").exists()
+
+
+@pytest.mark.parametrize(("upstream", "code", "retry_after"), [
+    (upstream_conf(None), "model_switching", DEFAULTS["vllm_frontdoor_retry_after_s"]),
+    (upstream_conf(None, switching=False), "model_unavailable",
+     DEFAULTS["vllm_frontdoor_unavailable_retry_after_s"]),
+    # Serving, but the model's port answers nothing: not a switch either.
+    (upstream_conf(9, model="tiny_gqa"), "model_unavailable",
+     DEFAULTS["vllm_frontdoor_unavailable_retry_after_s"]),
+])
+def test_the_503_says_switching_only_while_a_cutover_holds_the_front_door(
+        tmp_path, upstream, code, retry_after):
+    with front_door(tmp_path, upstream, own_key=OWN, **KEYS) as (url, _prefix):
+        answers = [call(url, "/v1/models", KEY), call(url, "/v1/chat/completions", KEY, CHAT),
+                   call(url, "/health")]
+    for status, headers, body in answers:
+        assert status == 503
+        assert headers["Retry-After"] == str(retry_after)
+        error = json.loads(body)["error"]
+        assert (error["type"], error["code"]) == ("service_unavailable", code)
+        assert f"Retry after {retry_after} seconds." in error["message"]
+
+
+@pytest.fixture
+def certificate(tmp_path):
+    openssl = shutil.which("openssl")
+    if not openssl:
+        pytest.skip("openssl is not installed")
+    cert, key = tmp_path / "fd.pem", tmp_path / "fd.key"
+    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=vllm.example.org", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    return str(cert), str(key)
+
+
+def test_tls_front_door_and_the_cutovers_settle_through_it_with_the_own_key(
+        tmp_path, backend, certificate):
+    cert, key = certificate
+    up = upstream_conf(None)
+    with front_door(tmp_path, up, own_key=OWN, vllm_frontdoor_tls_certificate=cert,
+                    vllm_frontdoor_tls_certificate_key=key, **KEYS) as (url, prefix):
+        assert url.startswith("https://")
+        ctx = ssl.create_default_context(cafile=cert)
+        ctx.check_hostname = False  # the certificate names vllm.example.org
+        before = call(url, "/v1/models", KEY, context=ctx)
+        with pytest.raises(urllib.error.URLError):  # plain HTTP on the TLS port
+            urllib.request.urlopen(url.replace("https", "http") + "/health", timeout=5)
+        own_key = tmp_path / "own.key"
+        own_key.write_text(OWN + "\n")
+        nginx = [NGINX, "-p", str(prefix), "-c", str(prefix / "nginx.conf")]
+        door = FrontDoor(_run, str(prefix / "upstream.conf"), url,
+                         test_cmd=[*nginx, "-t"], reload_cmd=[*nginx, "-s", "reload"],
+                         key_file=str(own_key), settle_timeout=10.0)
+        seconds = door.point(backend.server_address[1], "tiny_gqa", "tiny-gqa")
+        after = call(url, "/v1/models", KEY, context=ctx)
+        wrong = tmp_path / "wrong.key"
+        wrong.write_text("not-the-front-doors-key-000\n")
+        door.key_file = str(wrong)
+        with pytest.raises(FrontDoorError, match=r"answered 401: it does not accept the key in "):
+            door.point(backend.server_address[1], "tiny_gqa", "tiny-gqa")
+    assert before[0] == 503
+    assert json.loads(before[2])["error"]["code"] == "model_switching"
+    assert 0 < seconds < 10
+    assert after[0] == 200
+    assert json.loads(after[2])["data"][0]["id"] == "tiny-gqa"
+    # The settle's own requests carried the own key, and the model never saw it.
+    assert ("GET", "/v1/models") in [(m, p) for m, p, _h in backend.seen]
+    assert all("Authorization" not in h for _m, _p, h in backend.seen)
+
+
+def _run(argv):
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    return done.returncode, done.stdout, done.stderr
