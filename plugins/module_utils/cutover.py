@@ -261,11 +261,10 @@ class Cutover:
         active = record.get("active")
         if action == "none" and not records.same_deployment(active, self.green):
             action = "record"
-        if action == "none" and self.frontdoor is not None and (
-                self.frontdoor.current() != self.frontdoor.wanted(self.green["port"],
-                                                                   self.green["model"])
-                or not self._published(record)):
-            action = "frontdoor"
+        if action == "none" and self.frontdoor is not None:
+            wanted = self.frontdoor.wanted(self.green["port"], self.green["model"])
+            if self.frontdoor.current() != wanted or not self._published(record):
+                action = "frontdoor"
         return action, state
 
     def run_plan(self, record, check_mode=False):

@@ -470,8 +470,8 @@ def test_record_metrics_escapes_label_values_as_the_text_format_wants():
               "revision": "r", "vllm_version": "v", "since": "not a time"}
     lines = frontdoor_mod.record_metrics({"active": active}).splitlines()
     info = [line for line in lines if line.startswith("vllm_fleet_active_model_info{")]
-    assert info == ['vllm_fleet_active_model_info{model="m",served_model_name="a\\"b\\\\c\\nd",'
-                    'repo_id="",revision="r",vllm_version="v"} 1']
+    assert info == [('vllm_fleet_active_model_info{model="m",served_model_name="a\\"b\\\\c\\nd",'
+                     'repo_id="",revision="r",vllm_version="v"} 1')]
     assert not [line for line in lines if line.startswith("vllm_fleet_active_since_seconds")]
 
 
