@@ -737,6 +737,10 @@ def main(argv=None) -> int:
         "--drop-after", action="append", metavar="GLOB:BYTES[:COUNT]", help="drop mid-body"
     )
     args = p.parse_args(argv)
+    if argv is None:
+        # A long-lived daemon: let go of every descriptor it inherited beyond stdio, so a
+        # lock its starter held (`flock ... make molecule`) is not held for its lifetime.
+        os.closerange(3, os.sysconf("SC_OPEN_MAX"))
     server = make_server(args.root, args.host, args.port)
     server.faults.update(build_faults(args))
     if args.pidfile:

@@ -20,6 +20,9 @@ description:
     and gated healthy, and the module fails with C(rolled_back=true), the reason and green's
     journal lines.
   - Re-running with the active model, running and unchanged, changes nothing.
+  - One switch at a time per host (O(lock_file)). Run as an asynchronous task, a switch outlives
+    its controller (a dropped connection, Ctrl-C, a killed C(ansible-playbook)) - it completes or
+    rolls back by itself, and a re-run waits for it, then finds the record it left.
   - When green has GPUs, nvidia-smi is read at the moment the switch decides (not earlier in the
     play); a process that holds memory on green's GPUs and belongs to neither blue's nor green's
     unit stops the cutover before anything changes.
@@ -144,6 +147,17 @@ options:
     description: The deployment record, a local fact file (read back as C(ansible_local.vllm_fleet)).
     type: path
     default: /etc/ansible/facts.d/vllm_fleet.fact
+  lock_file:
+    description:
+      - The host's switch lock (an exclusive flock held while a switch runs). A second cutover
+        waits for the one in progress, then reads the record it left and converges from there.
+    type: path
+    default: /run/vllm-fleet/cutover.lock
+  lock_timeout:
+    description:
+      - Seconds to wait for a switch in progress before failing without a change. Unset, twice
+        O(startup_timeout) plus O(drain_timeout) plus 300 (a switch that rolls back starts two models).
+    type: int
 attributes:
   check_mode:
     support: full
@@ -216,6 +230,12 @@ green_health:
   description: The gate's outcome for green (ok, seconds, stage, detail, attempts).
   returned: when green was started
   type: dict
+waited_for_switch:
+  description:
+    - The switch in progress this run waited for (pid, model, since) and how long (waited_s, seconds).
+    - In check mode the switch in progress, if any; its outcome is not in the plan.
+  returned: when another switch was in progress
+  type: dict
 journal:
   description: Green's journal lines after a failure.
   returned: on failure
@@ -223,8 +243,10 @@ journal:
   elements: str
 """
 
+import json
+
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import gpu_facts
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils import gpu_facts, switch_lock
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import record as records
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.cutover import (
     Cutover,
@@ -232,7 +254,10 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.cutover import (
     Host,
     Settings,
 )
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import FrontDoor
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import (
+    FrontDoor,
+    write_atomic,
+)
 
 
 def gpu_reader(module, fixture_dir):
@@ -278,6 +303,8 @@ def main():
             "journal_lines": {"type": "int", "default": 40},
             "record": {"type": "dict", "default": {}},
             "state_file": {"type": "path", "default": "/etc/ansible/facts.d/vllm_fleet.fact"},
+            "lock_file": {"type": "path", "default": switch_lock.LOCK_FILE},
+            "lock_timeout": {"type": "int"},
         },
         supports_check_mode=True,
     )
@@ -314,26 +341,71 @@ def main():
                         progress_file=p["progress_file"],
                         progress_interval=p["progress_interval"],
                         unexplained_memory_bytes=p["gpu_unexplained_memory_bytes"])
-    try:
-        record = records.load(p["state_file"])
-    except records.RecordError as exc:
-        module.fail_json(msg=str(exc), changed=False)
-    cutover = Cutover(Host(run_command), green, p["state_file"], settings, frontdoor=frontdoor,
-                      gpu_processes=gpu_reader(module, p["gpu_facts_fixture_dir"]))
-    try:
-        result = cutover.run_plan(record, check_mode=module.check_mode)
-    except CutoverError as exc:
-        fields = dict(exc.fields)
-        fields.pop("changed", None)
-        # A refusal in preflight changed nothing; any later phase did.
-        changed = bool(set(fields.get("phases") or {}) - {"preflight"})
-        module.fail_json(msg=exc.msg, changed=changed, **fields)
+
+    def cutover_for():
+        return Cutover(Host(run_command), green, p["state_file"], settings, frontdoor=frontdoor,
+                       gpu_processes=gpu_reader(module, p["gpu_facts_fixture_dir"]))
+
+    result = _run(module, p, cutover_for)
     if module._diff:  # noqa: SLF001 - how modules read --diff
         result["diff"] = {
             "before": f"active model: {result['active_before']}\n",
             "after": f"active model: {result['active_after']}\n",
         }
     module.exit_json(**result)
+
+
+def _run(module, p, cutover_for):
+    """Plan (check mode) or switch under the host's switch lock."""
+    if module.check_mode:
+        # The plan reads the record as it is now; a switch in progress may still change it.
+        holder = switch_lock.in_progress(p["lock_file"])
+        result = _plan_or_fail(module, cutover_for, p)
+        if holder:
+            result["waited_for_switch"] = dict(holder, waited_s=0.0)
+        return result
+    lock_timeout = p["lock_timeout"]
+    if lock_timeout is None:
+        lock_timeout = 2 * p["startup_timeout"] + int(p["drain_timeout"]) + 300
+    said = []
+
+    def waiting(holder, seconds):
+        # Now and then, not every poll: the job in progress writes the same file.
+        if p["progress_file"] and (not said or seconds - said[-1] >= p["progress_interval"]):
+            said.append(seconds)
+            write_atomic(p["progress_file"], json.dumps({
+                "phase": "waiting for", "model": switch_lock.describe(holder),
+                "elapsed_s": round(seconds, 1), "limit_s": lock_timeout}), prefix=".progress.")
+
+    try:
+        with switch_lock.switch_lock(p["lock_file"], p["model"], lock_timeout,
+                                     on_wait=waiting) as waited:
+            return _plan_or_fail(module, cutover_for, p, waited)
+    except switch_lock.SwitchBusyError as exc:
+        module.fail_json(msg=f"cutover to {p['model']} did not start: {exc.msg}",
+                         changed=False, waited_for_switch=exc.holder)
+    return None  # not reached: fail_json exits
+
+
+def _plan_or_fail(module, cutover_for, p, waited=None):
+    """Read the record (under the lock: the last switch's outcome) and run the plan."""
+    try:
+        record = records.load(p["state_file"])
+    except records.RecordError as exc:
+        module.fail_json(msg=str(exc), changed=False)
+    extra = {}
+    if waited and waited["waited_for"]:
+        extra["waited_for_switch"] = dict(waited["waited_for"], waited_s=waited["waited_s"])
+    try:
+        result = cutover_for().run_plan(record, check_mode=module.check_mode)
+    except CutoverError as exc:
+        fields = dict(exc.fields)
+        fields.pop("changed", None)
+        # A refusal in preflight changed nothing; any later phase did.
+        changed = bool(set(fields.get("phases") or {}) - {"preflight"})
+        module.fail_json(msg=exc.msg, changed=changed, **fields, **extra)
+    result.update(extra)
+    return result
 
 
 if __name__ == "__main__":

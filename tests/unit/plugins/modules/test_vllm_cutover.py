@@ -10,6 +10,8 @@ is down, since a listening socket cannot refuse).
 
 import json
 import socket
+import subprocess
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -98,6 +100,7 @@ def world(servers, tmp_path, monkeypatch, port):
     host.args = {"model": "green", "unit": G, "url": green_srv.base,
                  "served_model_name": "green-model", "port": port,
                  "state_file": str(host.state_file), "health_interval": 0.01,
+                 "lock_file": str(tmp_path / "run" / "cutover.lock"),
                  "record": {"repo_id": "org/green", "revision": "b" * 40}}
     host.blue = {"model": "blue", "unit": B, "url": blue_srv.base, "port": 8101,
                  "served_model_name": "blue-model", "startup_timeout_s": 900,
@@ -326,3 +329,66 @@ def test_front_door_failure_on_the_active_model_fails_cleanly(world, capsys):
     assert (result["module_rc"], result["stderr"].strip()) == (
         1, "nginx.service is not active, cannot reload.")
     assert [c for c in world.state_calls() if c[0] in ("stop", "start")] == [("start", G)]
+
+
+# An earlier cutover's job: holds the host's switch lock for argv[2] seconds.
+HOLDER = """
+import fcntl, json, os, sys, time
+os.makedirs(os.path.dirname(sys.argv[1]), exist_ok=True)
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
+fcntl.flock(fd, fcntl.LOCK_EX)
+os.ftruncate(fd, 0)
+os.write(fd, json.dumps({"pid": os.getpid(), "model": "green", "since": "s"}).encode())
+print("held", flush=True)
+time.sleep(float(sys.argv[2]))
+"""
+
+
+def test_a_rerun_waits_for_the_switch_in_progress_then_converges_from_its_record(
+        world, capsys, tmp_path):
+    """Issue 12 case 8: the controller died mid-switch; its job on the host goes on. The
+    re-run's cutover waits on the host's lock, reads the record that job left and has
+    nothing to do."""
+    first = run_module(capsys, world.args)
+    assert (first["rc"], first["action"]) == (0, "switch")
+    lock = world.args["lock_file"]
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, lock, "1.0"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        world.calls.clear()
+        progress = tmp_path / "progress.json"
+        again = run_module(capsys, {**world.args, "progress_file": str(progress),
+                                    "progress_interval": 0.2})
+    finally:
+        holder.kill()
+        holder.wait()
+    assert (again["rc"], again["changed"], again["action"]) == (0, False, "none")
+    assert again["waited_for_switch"]["pid"] == holder.pid
+    assert again["waited_for_switch"]["model"] == "green"
+    assert 0.5 < again["waited_for_switch"]["waited_s"] < 10
+    assert world.state_calls() == []
+    said = json.loads(progress.read_text())
+    assert said["phase"] == "waiting for"
+    assert said["model"].startswith(f"the switch to green (pid {holder.pid}")
+
+
+def test_a_switch_in_progress_past_the_wait_fails_without_a_change(world, capsys):
+    lock = world.args["lock_file"]
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, lock, "30"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        result = run_module(capsys, {**world.args, "lock_timeout": 1})
+        check = run_module(capsys, {**world.args, "_ansible_check_mode": True})
+    finally:
+        holder.kill()
+        holder.wait()
+    assert (result["rc"], result["changed"]) == (1, False)
+    assert result["msg"].startswith("cutover to green did not start: ")
+    assert result["msg"].endswith("after 1 s of waiting; nothing was changed")
+    assert world.state_calls() == []
+    assert not world.state_file.exists()
+    # Check mode does not wait: it plans from the record as it is and names the switch.
+    assert (check["rc"], check["action"]) == (0, "switch")
+    assert check["waited_for_switch"]["waited_s"] == 0.0
