@@ -7,7 +7,8 @@ loop on loopback (several threads; some requests stream), runs
 `site.yml -e model=<green>` with that strategy through ansible-runner, keeps
 the load a few seconds longer, and prints:
 
-  requests sent / failed / 503-with-Retry-After / other failures (resets, 502, ...),
+  requests sent / failed (every answer that is not 2xx, and every request with no
+  answer) / 503-with-Retry-After / other failures (404, resets, 502, ...),
   the unavailability window (first to last failed request, seconds),
   green's time-to-healthy (from the cutover's health gate) and their ratio,
   whether every request in flight when the cutover began completed (drain).
@@ -16,6 +17,12 @@ Parallel runs blue -> green and back (0 failures expected); sequential runs
 blue -> green (only 503s with Retry-After, window / time-to-healthy <= 1.05).
 Finally it compares latency through the front door with the model's own port
 (p50, p99 of sequential small completions).
+
+Requests name the host's stable model alias (`--alias`, the deployment's
+vllm_fleet_model_alias), which every model answers to: a client that names it
+is served across a switch, and a 404 is a failure like any other. With
+`--alias ''` requests name the model /v1/models lists at the start (the old
+model's name, which the new one does not serve: expect 404s after a switch).
 
   .venv/bin/python bench/cutover.py --inventory inventory/lab \\
       --frontdoor http://127.0.0.1:8000 --blue tiny_gqa --green tiny_mla
@@ -37,12 +44,22 @@ import ansible_runner
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_RATIO = 1.05
+HTTP_OK_MIN, HTTP_OK_END = 200, 300
+
+
+def ok(status):
+    """A 2xx answer; anything else a client sees is a failure."""
+    return status is not None and HTTP_OK_MIN <= status < HTTP_OK_END
+
+
+def failed(outcome):
+    return not ok(outcome["status"]) or bool(outcome.get("error"))
 
 
 class Load:
     """A bounded client loop: `threads` workers until stopped or `max_seconds` pass."""
 
-    def __init__(self, base_url, threads=4, stream_every=4, max_seconds=900):
+    def __init__(self, base_url, threads=4, stream_every=4, max_seconds=900, model=None):
         self.url = urllib.parse.urlsplit(base_url)
         self.threads = threads
         self.stream_every = stream_every
@@ -50,7 +67,8 @@ class Load:
         self.results = []
         self.lock = threading.Lock()
         self.stop_event = threading.Event()
-        self.model = None
+        # the name each request asks for: the alias, else what /v1/models lists at start
+        self.model = model
         self.workers = []
 
     def _one(self, n):
@@ -61,8 +79,6 @@ class Load:
                 "max_tokens": 8, "stream": True}
         else:
             path, body = "/v1/completions", {"prompt": "Hello", "max_tokens": 8}
-        # The front door serves whichever model is active: ask without a name
-        # the server would reject, using the name /v1/models gives.
         body["model"] = self.model or ""
         start = time.monotonic()
         outcome = {"start": start, "stream": stream}
@@ -73,13 +89,8 @@ class Load:
             data = resp.read()
             outcome["status"] = resp.status
             outcome["retry_after"] = resp.getheader("Retry-After")
-            if resp.status == 200 and stream and b"[DONE]" not in data:
+            if ok(resp.status) and stream and b"[DONE]" not in data:
                 outcome["error"] = "stream ended without [DONE]"
-            if resp.status == 404 and b"does not exist" in data:
-                # The model switched under us: learn the new name, count it as served.
-                self.refresh_model()
-                outcome["status"] = 200
-                outcome["renamed"] = True
         except (OSError, http.client.HTTPException) as exc:
             outcome["status"] = None
             outcome["error"] = f"{type(exc).__name__}: {exc}"
@@ -108,12 +119,13 @@ class Load:
             outcome = self._one(n)
             with self.lock:
                 self.results.append(outcome)
-            if outcome["status"] != 200:
+            if failed(outcome):
                 time.sleep(0.05)
             n += self.threads
 
     def start(self):
-        self.refresh_model()
+        if not self.model:
+            self.refresh_model()
         self.workers = [threading.Thread(target=self._worker, args=(i,), daemon=True)
                         for i in range(self.threads)]
         for worker in self.workers:
@@ -147,24 +159,23 @@ def deploy(inventory, model, strategy, extravars=None):
 
 
 def summarise(results, cutover_started):
-    failed = [r for r in results if r["status"] != 200 or r.get("error")]
-    polite = [r for r in failed if r["status"] == 503 and r.get("retry_after")]
-    window = (max(r["end"] for r in failed) - min(r["start"] for r in failed)) if failed else 0.0
+    bad = [r for r in results if failed(r)]
+    polite = [r for r in bad if r["status"] == 503 and r.get("retry_after")]
+    window = (max(r["end"] for r in bad) - min(r["start"] for r in bad)) if bad else 0.0
     in_flight = [r for r in results if r["start"] < cutover_started < r["end"]]
-    in_flight_failed = [r for r in in_flight if r["status"] != 200 or r.get("error")]
+    in_flight_failed = [r for r in in_flight if failed(r)]
     return {
-        "sent": len(results), "failed": len(failed), "503_retry_after": len(polite),
-        "other_failures": len(failed) - len(polite),
-        "other_examples": sorted({str(r.get("error") or r["status"]) for r in failed
+        "sent": len(results), "failed": len(bad), "503_retry_after": len(polite),
+        "other_failures": len(bad) - len(polite),
+        "other_examples": sorted({str(r.get("error") or r["status"]) for r in bad
                                   if r not in polite})[:5],
         "window_s": round(window, 2), "in_flight_at_start": len(in_flight),
-        "renamed": sum(1 for r in results if r.get("renamed")),
         "in_flight_failed": len(in_flight_failed),
     }
 
 
 def cutover_under_load(args, green, strategy):
-    load = Load(args.frontdoor, threads=args.threads)
+    load = Load(args.frontdoor, threads=args.threads, model=args.alias)
     load.start()
     time.sleep(args.settle)
     cutover_started = time.monotonic()
@@ -217,12 +228,12 @@ def targets_missed(row):
 
 
 def print_table(rows):
-    header = ["strategy", "green", "sent", "failed", "503+RA", "other", "renamed", "window s",
+    header = ["strategy", "green", "sent", "failed", "503+RA", "other", "window s",
               "TTH s", "ratio", "downtime s", "in-flight ok"]
     table = [header]
     table.extend(
         [r["strategy"], r["green"], r["sent"], r["failed"], r["503_retry_after"],
-         r["other_failures"], r["renamed"], r["window_s"], r["time_to_healthy_s"] or "-",
+         r["other_failures"], r["window_s"], r["time_to_healthy_s"] or "-",
          "-" if r["ratio"] is None else r["ratio"],
          "-" if r["downtime_s"] is None else r["downtime_s"],
          f"{r['in_flight_at_start'] - r['in_flight_failed']}/{r['in_flight_at_start']}"]
@@ -239,6 +250,9 @@ def main():
     parser.add_argument("--blue", default="tiny_gqa")
     parser.add_argument("--green", default="tiny_mla")
     parser.add_argument("--direct", help="green's own base URL, for the latency comparison")
+    parser.add_argument("--alias", default="default",
+                        help="the model name requests ask for: the host's vllm_fleet_model_alias "
+                             "('' - the name /v1/models lists at the start)")
     parser.add_argument("--strategies", default="parallel,sequential")
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--settle", type=float, default=5.0, help="load seconds before/after")
@@ -259,6 +273,8 @@ def main():
             rows.append(row)
             problems.extend(targets_missed(row))
 
+    print(f"requests name the model {args.alias or '(the name listed at the start)'!r}; "
+          "failed = every answer that is not 2xx and every request without one")
     print_table(rows)
     for r in rows:
         print(f"  {r['strategy']} -> {r['green']}: phases (s) {r['phases']}; "
@@ -268,8 +284,9 @@ def main():
         problems.append(f"parallel runs sent {total} requests, fewer than {args.min_requests}")
 
     if args.direct:
-        load = Load(args.frontdoor)
-        load.refresh_model()
+        load = Load(args.frontdoor, model=args.alias)
+        if not load.model:
+            load.refresh_model()
         d50, d99 = latency(args.direct, load.model, args.latency_requests)
         f50, f99 = latency(args.frontdoor, load.model, args.latency_requests)
         print(f"latency over {args.latency_requests} requests (max_tokens 1): direct p50 "

@@ -31,7 +31,7 @@ def _as_filter_error(name):
 
 
 @_as_filter_error("vllm_serve_argv")
-def _vllm_serve_argv(entry, vllm_bin, model_dir, host="127.0.0.1", model=None):
+def _vllm_serve_argv(entry, vllm_bin, model_dir, host="127.0.0.1", model=None, alias=""):
     return vllm_serve_argv(
         vllm_bin=vllm_bin,
         model_dir=model_dir,
@@ -41,6 +41,7 @@ def _vllm_serve_argv(entry, vllm_bin, model_dir, host="127.0.0.1", model=None):
         extra_args=entry.get("extra_args") or [],
         host=host,
         context=f"catalog entry {model}" if model else "catalog entry",
+        aliases=[alias] if alias else [],
     )
 
 

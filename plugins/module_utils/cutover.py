@@ -129,7 +129,8 @@ def _cutover_error(exc):
 
 class Cutover:
     """One switch to `green`, a dict with model, unit, url, port, served_model_name,
-    startup_timeout_s and gpus (+ the record's fields: repo, revision, ...).
+    startup_timeout_s, startup_stall_s (seconds its journal may stay silent while it
+    starts; 0 or absent: not checked) and gpus (+ the record's fields: repo, revision, ...).
 
     `gpu_processes` is what nvidia-smi says, read when the switch decides, not
     before: a function returning gpu_facts' snapshot ({"gpus", "processes"}),
@@ -147,11 +148,12 @@ class Cutover:
         self.systemd = Systemd(host.run_command)
         progress = None
         if self.settings.progress_file:
-            progress = StartProgress(self.settings.progress_file, self.systemd,
+            progress = StartProgress(self.settings.progress_file,
                                      self.settings.progress_interval, wall=host.wall)
         self.gate = UnitGate(self.systemd, host.request, host.clock, host.sleep,
                              interval=self.settings.health_interval,
-                             smoke_prompt=self.settings.smoke_prompt, progress=progress)
+                             smoke_prompt=self.settings.smoke_prompt, progress=progress,
+                             journal_lines=self.settings.journal_lines)
         self.phases = {}
 
     # -- pieces ------------------------------------------------------------

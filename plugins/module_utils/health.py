@@ -106,7 +106,9 @@ def wait_healthy(base_url, served_model_name, timeout_s, interval_s=2.0, smoke_p
 
     `alive` returns (True, "") while the server process may still come up, or
     (False, reason) once it has failed (a crash, a restart loop), so a broken
-    server fails the gate at once instead of after the whole timeout.
+    server fails the gate at once instead of after the whole timeout; a third
+    element, when given, names the stage (default `process`; `stall` for a start
+    that stopped printing).
     Returns a dict: ok, seconds, stage, detail, attempts.
     """
     start = clock()
@@ -125,9 +127,10 @@ def wait_healthy(base_url, served_model_name, timeout_s, interval_s=2.0, smoke_p
             return {"ok": False, "seconds": round(elapsed, 2), "stage": stage,
                     "detail": detail, "attempts": attempts}
         if alive is not None:
-            up, why = alive()
+            up, why, *named = alive()
             if not up:
-                return {"ok": False, "seconds": round(clock() - start, 2), "stage": "process",
+                return {"ok": False, "seconds": round(clock() - start, 2),
+                        "stage": named[0] if named else "process",
                         "detail": why, "attempts": attempts}
         if elapsed >= timeout_s:
             return {"ok": False, "seconds": round(elapsed, 2), "stage": stage,

@@ -11,6 +11,8 @@ looks like a hang.
 
 GIB = 1024**3
 MB = 1000**2
+# A start's log silent this long is worth saying (its startup_stall_s ends it).
+SILENT_SHOWN_S = 30
 
 
 def _duration(seconds):
@@ -54,6 +56,9 @@ def start_line(data):
     head = f"{data.get('phase') or 'starting'} {what}{role}"
     if elapsed is not None:
         head += f": {_duration(elapsed)}" + (f" of {_duration(limit)}" if limit else "")
+    silent = data.get("silent_s")
+    if silent is not None and silent >= SILENT_SHOWN_S:
+        head += f", silent for {_duration(silent)}"
     last = (data.get("last_line") or "").strip()
     return head + (f"; last log line: {last[:160]}" if last else "")
 

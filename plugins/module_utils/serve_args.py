@@ -123,10 +123,35 @@ def serve_options_argv(options):
     return argv
 
 
+def served_names(served_model_name, aliases=None):
+    """The names the server answers to: the model's own first, then each alias once.
+
+    vLLM 0.32 takes several `--served-model-name` values: "If multiple names are
+    provided, the server will respond to any of the provided names. The model name in
+    the model field of a response will be the first name in this list" (and the
+    metrics' model_name label takes the first too): vllm/config/model.py,
+    ModelConfig.served_model_name. So responses and metrics keep naming the model
+    itself, and a client that asks for the alias is served by whichever model is active.
+    An empty alias is none; one equal to the model's own name adds nothing.
+    """
+    if isinstance(aliases, str):
+        aliases = [aliases]
+    names = [str(served_model_name)]
+    for alias in aliases or []:
+        if not isinstance(alias, str):
+            raise TypeError(f"model alias must be text, got {alias!r}")
+        if alias and alias.strip() != alias:
+            raise ValueError(f"model alias must not start or end with white space, got {alias!r}")
+        if alias and alias not in names:
+            names.append(alias)
+    return names
+
+
 def vllm_serve_argv(vllm_bin, model_dir, served_model_name, port, options=None,
-                    extra_args=None, host="127.0.0.1", context="catalog entry"):
+                    extra_args=None, host="127.0.0.1", context="catalog entry", aliases=None):
     """The full `vllm serve` argv for one model server.
 
+    `aliases`: stable names the server also answers to (served_names()).
     Every word is checked with unit_text(); an error names the field it came
     from, prefixed with `context` (for example "catalog entry tiny_gqa").
     """
@@ -144,6 +169,11 @@ def vllm_serve_argv(vllm_bin, model_dir, served_model_name, port, options=None,
               ("model folder", [str(model_dir)]),
               ("host", ["--host", str(host), "--port", str(port)]),
               ("served_model_name", ["--served-model-name", str(served_model_name)])]
+    try:
+        names = served_names(served_model_name, aliases)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{context}: {exc}") from None
+    fields.extend(("vllm_service_model_alias", [alias]) for alias in names[1:])
     for key, value in options.items():
         try:
             flag = option_flag(key)

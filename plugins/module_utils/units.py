@@ -6,9 +6,14 @@ The few systemctl/journalctl/ss calls a switch needs, each through a
 `run_command` the caller passes in (AnsibleModule.run_command on a host, a
 fake host in the tests), and the health gate of a started unit: health,
 model list and one completion (health.wait_healthy), failing at once when
-systemd says the process died or was restarted.
+systemd says the process died or was restarted, or when its journal has been
+silent for the model's `startup_stall_s` (a load that hangs).
+
+One JournalFollower reads a starting unit's journal: the stall check and the
+start progress written for the controller both read it.
 """
 
+import collections
 import json
 import os
 import socket
@@ -18,6 +23,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import 
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import wait_healthy
 
 CGROUP_ROOT = "/sys/fs/cgroup"
+BYTE_VALUES = 256  # journalctl's JSON writes a binary message as a list of byte values
 SHOW_PROPS = ("LoadState", "ActiveState", "SubState", "NRestarts", "UnitFileState", "MainPID")
 
 
@@ -67,8 +73,50 @@ class Systemd:
                                   "-n", str(lines), "-r", "--no-pager", "-o", "cat"])
         return list(reversed(out.splitlines()[:lines])) if rc == 0 else []
 
+    def journal_entries(self, unit, since_epoch, cursor=None):
+        """The unit's journal entries after `cursor` (or since `since_epoch` without one).
+
+        Returns (entries, cursor, ok): entries as (text, monotonic seconds or None), oldest
+        first; the cursor of the last one (the given one when none is new); ok False when
+        journalctl failed. JSON output carries each entry's cursor and its
+        __MONOTONIC_TIMESTAMP (CLOCK_MONOTONIC, the clock of time.monotonic); --all keeps
+        messages over 4 KiB, which journalctl otherwise writes as null.
+        """
+        argv = ["journalctl", "-u", unit, "-o", "json", "--output-fields=MESSAGE", "--all",
+                "--no-pager"]
+        argv += ["--after-cursor", cursor] if cursor else ["--since", f"@{int(since_epoch)}"]
+        rc, out, _err = self.run(argv)
+        if rc != 0:
+            return [], cursor, False
+        entries = []
+        for line in out.splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            cursor = entry.get("__CURSOR") or cursor
+            stamp = entry.get("__MONOTONIC_TIMESTAMP")
+            entries.append((journal_text(entry.get("MESSAGE")),
+                            int(stamp) / 1e6 if str(stamp or "").isdigit() else None))
+        return entries, cursor, True
+
     def is_active(self, unit):
         return self.show(unit)["ActiveState"] == "active"
+
+
+def journal_text(message):
+    """A journal MESSAGE as the line a terminal would show.
+
+    journalctl's JSON writes a message with control characters as a list of bytes; a
+    progress bar (tqdm) redraws with carriage returns and reaches the journal as one
+    entry when it ends with a newline: the text after its last carriage return is what
+    it showed last.
+    """
+    if isinstance(message, list):
+        message = bytes(b for b in message if isinstance(b, int) and b in range(BYTE_VALUES)
+                        ).decode("utf-8", "replace")
+    text = str(message or "").rstrip("\r\n")
+    return text.rsplit("\r", 1)[-1]
 
 
 def port_holder(host, port, run_command):
@@ -102,28 +150,88 @@ def unit_pids(unit, run_command, cgroup_root=None):
     return pids
 
 
-class StartProgress:
-    """Writes where a start stands (elapsed of its limit, the unit's last log line) to a
-    JSON file every `interval` seconds, for async_follow to print on the controller."""
+class JournalFollower:
+    """Follows a starting unit's journal, one read per health probe.
 
-    def __init__(self, path, systemd, interval=10.0, wall=time.time):
-        self.path = path
+    Keeps the last `keep` lines and when the unit last printed one: an entry's own
+    monotonic time, clamped between the previous read and now (a new entry was written
+    in between), so a silence is measured from the line itself, not from when it was read.
+    """
+
+    def __init__(self, systemd, unit, since_wall, clock, keep=40):
         self.systemd = systemd
+        self.unit = unit
+        self.since_wall = since_wall
+        self.clock = clock
+        self.cursor = None
+        self.lines = collections.deque(maxlen=max(1, keep))
+        self.count = 0
+        self.readable = True
+        self.started = clock()
+        self.last_progress = self.started
+        self.last_read = self.started
+
+    def poll(self):
+        """Read what the unit printed since the last read; returns how many new lines."""
+        entries, self.cursor, self.readable = self.systemd.journal_entries(
+            self.unit, self.since_wall, self.cursor)
+        now = self.clock()
+        for text, stamp in entries:
+            self.lines.append(text)
+            self.count += 1
+            seen = now if stamp is None else min(max(stamp, self.last_read), now)
+            self.last_progress = max(self.last_progress, seen)
+        self.last_read = now
+        return len(entries)
+
+    @property
+    def last_line(self):
+        return self.lines[-1] if self.lines else ""
+
+    def silent_s(self):
+        """Seconds since the unit last printed a line (since the start, before its first)."""
+        return self.clock() - self.last_progress
+
+
+def stall_check(journal, stall_s, unit, tail=3):
+    """(False, why) once `journal` has been silent for `stall_s` seconds, else (True, "").
+
+    0 or None turns the check off; so does a journal that cannot be read (a silence we
+    cannot see is not one: the startup timeout still bounds the start).
+    """
+    if not stall_s or not journal.readable:
+        return True, ""
+    silent = journal.silent_s()
+    if silent < stall_s:
+        return True, ""
+    last = list(journal.lines)[-tail:]
+    return False, (f"{unit} printed nothing for {silent:.1f} s while starting, wanted a new "
+                   f"journal line at least every {stall_s} s (startup_stall_s); its last "
+                   f"lines: " + (" | ".join(last) if last else "(none)"))
+
+
+class StartProgress:
+    """Writes where a start stands (elapsed of its limit, the unit's last log line, from the
+    start's JournalFollower) to a JSON file every `interval` seconds, for async_follow to
+    print on the controller."""
+
+    def __init__(self, path, interval=10.0, wall=time.time):
+        self.path = path
         self.interval = interval
         self.wall = wall
         self.last_write = None
 
-    def __call__(self, svc, role, elapsed, started_wall, force=False):
+    def __call__(self, svc, role, elapsed, journal, force=False):
         if not self.path:
             return
         now = self.wall()
         if not force and self.last_write is not None and now - self.last_write < self.interval:
             return
         self.last_write = now
-        lines = self.systemd.journal(svc["unit"], started_wall - 1, 1)
         data = {"phase": "starting", "model": svc["model"], "role": role,
                 "elapsed_s": round(elapsed, 1), "limit_s": svc["startup_timeout_s"],
-                "last_line": lines[-1] if lines else "", "updated": now}
+                "silent_s": round(journal.silent_s(), 1),
+                "last_line": journal.last_line, "updated": now}
         try:
             os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
             write_atomic(self.path, json.dumps(data) + "\n", prefix=".vllm-fleet-progress.")
@@ -135,8 +243,9 @@ class UnitGate:
     """Start (or restart) a model's unit and wait for its health gate."""
 
     def __init__(self, systemd, request, clock, sleep, interval=2.0, smoke_prompt="Hello",
-                 progress=None):
+                 progress=None, journal_lines=40):
         self.systemd = systemd
+        self.journal_lines = journal_lines
         self.request = request
         self.clock = clock
         self.sleep = sleep
@@ -158,19 +267,31 @@ class UnitGate:
         return check
 
     def start(self, svc, verb="start", role="green", wall=time.time):
-        """Start (or restart) `svc` and wait for its gate; returns the gate's outcome."""
+        """Start (or restart) `svc` and wait for its gate; returns the gate's outcome.
+
+        Each probe reads the unit's journal once (one follower): a unit silent for
+        svc["startup_stall_s"] seconds fails the gate at stage `stall` without waiting
+        for svc["startup_timeout_s"], which stays the outer bound.
+        """
         self.systemd.try_act("reset-failed", svc["unit"])
         baseline = int(self.systemd.show(svc["unit"]).get("NRestarts") or 0)
-        self.systemd.act(verb, svc["unit"])
         started_wall = wall()
+        self.systemd.act(verb, svc["unit"])
         process_alive = self._alive(svc["unit"], baseline)
-        start = self.clock()
+        journal = JournalFollower(self.systemd, svc["unit"], started_wall - 1, self.clock,
+                                  keep=self.journal_lines)
+        start = journal.started
 
         def alive():
-            """systemd's view of the process, and a progress line while it loads."""
+            """systemd's view of the process, the journal's silence, a progress line."""
+            journal.poll()
             if self.progress is not None:
-                self.progress(svc, role, self.clock() - start, started_wall)
-            return process_alive()
+                self.progress(svc, role, self.clock() - start, journal)
+            up, why = process_alive()
+            if not up:
+                return up, why, "process"
+            up, why = stall_check(journal, svc.get("startup_stall_s"), svc["unit"])
+            return up, why, "stall"
 
         return wait_healthy(
             svc["url"], svc["served_model_name"], svc["startup_timeout_s"],

@@ -15,7 +15,8 @@ description:
     V(auto) is parallel when blue's and green's GPU sets are disjoint, else sequential.
   - The health gate is C(GET /health) 200, C(GET /v1/models) listing O(served_model_name), and one
     completion returning at least one token, polled until O(startup_timeout). A green unit that
-    exits or is restarted by systemd fails the gate at once.
+    exits or is restarted by systemd fails the gate at once; one whose journal stays silent for
+    O(startup_stall) seconds fails it then.
   - On any failure before the switch, green is stopped, blue is started again if it was stopped
     and gated healthy, and the module fails with C(rolled_back=true), the reason and green's
     journal lines.
@@ -55,6 +56,16 @@ options:
     description: Seconds green may take to pass its health gate (Kimi-K2.5 class models need 45 min or more).
     type: int
     default: 900
+  startup_stall:
+    description:
+      - Seconds green's journal may stay silent while it starts (no new line from the unit)
+        before its gate fails at stage C(stall), with its last journal lines, and the switch
+        rolls back; O(startup_timeout) stays the outer bound. C(0) turns the check off.
+      - The check runs at each health probe, so a stall is reported within this many seconds
+        plus one O(health_interval) of the unit's last line. Set it above the longest silent
+        phase of the model's start (a progress bar reaches the journal only when it ends).
+    type: int
+    default: 600
   strategy:
     description: How blue and green overlap.
     type: str
@@ -181,6 +192,7 @@ EXAMPLES = r"""
     served_model_name: minimax-m2.5
     port: 8101
     startup_timeout: 1800
+    startup_stall: 900
     strategy: sequential
     record:
       repo_id: MiniMaxAI/MiniMax-M2.5
@@ -227,7 +239,9 @@ time_to_healthy_s:
   returned: when green passed its gate
   type: float
 green_health:
-  description: The gate's outcome for green (ok, seconds, stage, detail, attempts).
+  description:
+    - The gate's outcome for green (ok, seconds since the start, stage, detail, attempts); stage
+      V(stall) when its journal was silent for O(startup_stall) seconds.
   returned: when green was started
   type: dict
 waited_for_switch:
@@ -280,6 +294,7 @@ def main():
             "served_model_name": {"type": "str", "required": True},
             "port": {"type": "int", "required": True},
             "startup_timeout": {"type": "int", "default": 900},
+            "startup_stall": {"type": "int", "default": 600},
             "strategy": {"type": "str", "choices": ["sequential", "parallel", "auto"],
                          "default": "sequential"},
             "gpus": {"type": "list", "elements": "int", "default": []},
@@ -320,7 +335,7 @@ def main():
     green.update({
         "model": p["model"], "unit": p["unit"], "url": p["url"], "port": p["port"],
         "served_model_name": p["served_model_name"], "startup_timeout_s": p["startup_timeout"],
-        "gpus": p["gpus"],
+        "startup_stall_s": p["startup_stall"], "gpus": p["gpus"],
     })
 
     def run_command(argv):

@@ -62,7 +62,7 @@ FRONTDOOR_503 = json.dumps({"error": {
 class FakeUnit:
     def __init__(self, name, url=None, served=None, *, installed=True, active=False,
                  behaviour=HEALTHY, warmup_s=0.0, journal=(), port=None, engines=1,
-                 max_running=256, worker_pids=()):
+                 max_running=256, worker_pids=(), prints=()):
         self.name = name
         self.url = url
         # the port nginx proxies to; defaults to the URL's
@@ -77,6 +77,10 @@ class FakeUnit:
         self.behaviour = behaviour
         self.warmup_s = warmup_s
         self.journal = list(journal)
+        # lines the server prints once started: (seconds after the start, line); each
+        # lands in the journal when the fake clock reaches it, while the unit runs
+        self.prints = list(prints)
+        self.stamps = {}  # journal index -> fake monotonic time it was printed
         self.active_state = "active" if active else "inactive"
         self.sub_state = "running" if active else "dead"
         self.n_restarts = 0
@@ -170,7 +174,7 @@ class FakeHost:
         self.now += seconds
 
     # -- run_command -----------------------------------------------------------
-    def run_command(self, argv):
+    def run_command(self, argv):  # noqa: PLR0911 - one answer per program, as the host
         argv = list(argv)
         if argv and "/" in argv[0]:  # the module calls binaries by path (get_bin_path)
             argv[0] = argv[0].rsplit("/", 1)[1]
@@ -182,10 +186,14 @@ class FakeHost:
             return self.nginx.test()
         if argv[0] == "systemctl":
             return self._systemctl(argv[1], argv[2], argv[3:])
+        if argv[0] == "journalctl" and "json" in argv:
+            return self._journal_json(self.units.get(argv[argv.index("-u") + 1]), argv)
         if argv[0] == "journalctl":
             # As systemd 252's journalctl: with --since, -n N gives the FIRST N lines of the
             # window; -r gives the newest first, so -n N -r gives the last N, newest first.
             unit = self.units.get(argv[argv.index("-u") + 1])
+            if unit:
+                self._due_prints(unit)
             lines = int(argv[argv.index("-n") + 1])
             journal = list(unit.journal if unit else [])
             shown = journal[::-1][:lines] if "-r" in argv else journal[:lines]
@@ -194,6 +202,30 @@ class FakeHost:
         if argv[0] == "ss":
             return 0, self.ss_out, ""
         return 127, "", f"{argv[0]}: command not found"
+
+    def _due_prints(self, unit):
+        """Move the lines a running unit has printed by now into its journal."""
+        if unit.started_at is None:
+            return
+        while unit.prints and unit.started_at + unit.prints[0][0] <= self.now:
+            offset, line = unit.prints.pop(0)
+            unit.journal.append(line)
+            unit.stamps[len(unit.journal) - 1] = unit.started_at + offset
+
+    def _journal_json(self, unit, argv):
+        """`journalctl -u U -o json [--after-cursor C | --since @T]`: one JSON object per
+        entry with its cursor (here the entry's index) and monotonic time (the fake clock's,
+        in microseconds; lines present before the start carry 0)."""
+        if unit is None:
+            return 0, "", ""
+        self._due_prints(unit)
+        after = int(argv[argv.index("--after-cursor") + 1].split("=")[1]) + 1 \
+            if "--after-cursor" in argv else 0
+        out = "".join(json.dumps({
+            "MESSAGE": line, "__CURSOR": f"i={index}",
+            "__MONOTONIC_TIMESTAMP": str(int(unit.stamps.get(index, 0.0) * 1e6))}) + "\n"
+            for index, line in enumerate(unit.journal) if index >= after)
+        return 0, out, ""
 
     def state_calls(self):
         """(verb, unit) of every state-changing systemctl call, in order."""

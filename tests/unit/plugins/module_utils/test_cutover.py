@@ -523,3 +523,28 @@ def test_a_failed_green_returns_the_last_journal_lines_in_order(tmp_path, port):
     world.host.units[G].journal = long_log
     exc = world.fail(journal_lines=40)
     assert exc.fields["journal"] == long_log[-40:]
+
+
+# -- a start that stops printing ------------------------------------------------------------
+@pytest.mark.parametrize("strategy", ["sequential", "parallel"])
+def test_a_green_that_stops_printing_fails_early_and_rolls_back(tmp_path, port, strategy):
+    """startup_stall_s 30 of a 600 s startup timeout: green's last line comes 4 s after its
+    start, the gate gives up at 34 s, stops green and leaves blue serving."""
+    world = World(tmp_path, port, green=HANG)
+    world.green["startup_timeout_s"] = 600
+    world.green["startup_stall_s"] = 30
+    world.host.units[G].prints = [(1.0, "INFO vLLM API server version 0.32.0"),
+                                  (4.0, "INFO Loading safetensors checkpoint shards")]
+    exc = world.fail(strategy=strategy, health_interval=1.0)
+    assert exc.msg == (
+        "cutover to green failed: green green failed its health gate at stall: "
+        f"{G} printed nothing for 30.0 s while starting, wanted a new journal line at least "
+        "every 30 s (startup_stall_s); its last lines: torch.OutOfMemoryError: CUDA out of "
+        "memory | INFO vLLM API server version 0.32.0 | INFO Loading safetensors checkpoint "
+        "shards. Rolled back: blue is serving again.")
+    assert exc.fields["green_health"]["seconds"] == 34.0
+    assert exc.fields["rolled_back"] is True
+    assert exc.fields["journal"][-1] == "INFO Loading safetensors checkpoint shards"
+    assert world.states() == {B: "active", G: "inactive"}
+    assert ("stop", G) in world.host.state_calls()
+    assert world.saved() == json.loads(world.before)

@@ -44,6 +44,19 @@ def test_start_line(elapsed, limit, said):
         "[default_loader.py:291] Loading weights took 31.07 seconds")
 
 
+@pytest.mark.parametrize(("silent", "said"), [
+    (29.9, ""),
+    (30, ", silent for 30 s"),
+    (1500, ", silent for 25 min"),
+])
+def test_start_line_says_how_long_the_log_has_been_silent(silent, said):
+    data = {"phase": "starting", "model": "kimi_k25_int4", "role": "green", "elapsed_s": 2165,
+            "limit_s": 3600, "silent_s": silent, "last_line": "Loading safetensors shards"}
+    assert progress_line("start", data) == (
+        f"starting kimi_k25_int4 (green): 36 min of 60 min{said}; last log line: "
+        "Loading safetensors shards")
+
+
 def test_start_line_without_a_log_line_yet():
     data = {"phase": "starting", "model": "tiny_gqa", "role": "blue", "elapsed_s": 1,
             "limit_s": 600, "last_line": ""}

@@ -2,6 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """serve_args: catalog `serve` options -> vllm argv -> systemd ExecStart= value."""
 
+import re
+
 import pytest
 import yaml
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.serve_args import (
@@ -11,6 +13,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.serve_args import
     nvidia_device_nodes,
     option_flag,
     serve_options_argv,
+    served_names,
     systemd_environment,
     systemd_exec_line,
     systemd_quote,
@@ -69,6 +72,39 @@ def test_full_argv_puts_host_port_name_first_then_options_then_extra_args():
     assert argv == ["/opt/vllm/bin/vllm", "serve", "/srv/models/x", "--host", "127.0.0.1",
                     "--port", "8001", "--served-model-name", "tiny", "--dtype", "float32",
                     "--seed", "7"]
+
+
+def test_an_alias_is_a_second_served_model_name_after_the_models_own():
+    argv = vllm_serve_argv("/opt/vllm/bin/vllm", "/srv/models/x", "tiny-gqa", 8001,
+                           {"dtype": "float32"}, aliases=["default"])
+    assert argv == ["/opt/vllm/bin/vllm", "serve", "/srv/models/x", "--host", "127.0.0.1",
+                    "--port", "8001", "--served-model-name", "tiny-gqa", "default",
+                    "--dtype", "float32"]
+
+
+@pytest.mark.parametrize(("aliases", "names"), [
+    (None, ["tiny-gqa"]),
+    ([], ["tiny-gqa"]),
+    ("", ["tiny-gqa"]),
+    ([""], ["tiny-gqa"]),
+    ("default", ["tiny-gqa", "default"]),
+    (["tiny-gqa"], ["tiny-gqa"]),               # the model's own name adds nothing
+    (["pool-a", "default", "pool-a"], ["tiny-gqa", "pool-a", "default"]),
+])
+def test_served_names_put_the_models_own_first_and_each_alias_once(aliases, names):
+    assert served_names("tiny-gqa", aliases) == names
+
+
+@pytest.mark.parametrize(("alias", "error"), [
+    (" default", "catalog entry tiny_gqa: model alias must not start or end with white space"),
+    (7, "catalog entry tiny_gqa: model alias must be text, got 7"),
+    ("default\nExecStartPre=/bin/touch /tmp/x",
+     "catalog entry tiny_gqa: vllm_service_model_alias holds a control character (U+000A"),
+])
+def test_a_bad_alias_is_refused_naming_the_model(alias, error):
+    with pytest.raises(ValueError, match="^" + re.escape(error)):
+        vllm_serve_argv("vllm", "/m", "tiny-gqa", 8001, aliases=[alias],
+                        context="catalog entry tiny_gqa")
 
 
 @pytest.mark.parametrize("key", ["host", "port", "served_model_name", "model"])

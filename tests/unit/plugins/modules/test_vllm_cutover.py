@@ -24,7 +24,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.record import wri
 from ansible_collections.vllm_fleet.fleet.plugins.modules import vllm_cutover
 from repo_paths import FIXTURES
 
-from unit.fake_host import CRASH, FakeHost
+from unit.fake_host import CRASH, HANG, FakeHost
 
 B, G = "vllm-blue.service", "vllm-green.service"
 JOURNAL = ["INFO Loading weights", "ERROR CUDA out of memory"]
@@ -131,8 +131,8 @@ def test_first_deploy_switches_and_shows_the_diff(world, capsys):
     assert since.endswith("+00:00")
     assert active == {"model": "green", "unit": G, "url": world.args["url"],
                       "port": world.args["port"], "served_model_name": "green-model",
-                      "startup_timeout_s": 900, "repo_id": "org/green", "revision": "b" * 40,
-                      "gpus": []}
+                      "startup_timeout_s": 900, "startup_stall_s": 600, "repo_id": "org/green",
+                      "revision": "b" * 40, "gpus": []}
 
     # The same run again: green is active, running and unchanged.
     world.calls.clear()
@@ -187,6 +187,24 @@ def test_green_failure_fails_with_the_rollback_fields(world, capsys):
                                         "stop_blue"]
     assert world.units[B].active_state == "active"
     assert world.state_file.read_bytes() == before
+
+
+def test_startup_stall_fails_a_silent_green_before_its_startup_timeout(world, capsys):
+    """The option reaches the gate: green prints nothing after its start and is given up
+    after 1 s of its 30 s timeout (real clock), then blue serves again."""
+    write_record(str(world.state_file), {"active": world.blue, "previous": None, "history": []})
+    world.units[G].behaviour = HANG
+    result = run_module(capsys, dict(world.args, strategy="parallel", startup_timeout=30,
+                                     startup_stall=1))
+    assert result["failed"] is True
+    assert result["msg"].startswith(
+        "cutover to green failed: green green failed its health gate at stall: "
+        "vllm-green.service printed nothing for 1.")
+    assert "wanted a new journal line at least every 1 s (startup_stall_s)" in result["msg"]
+    assert result["msg"].endswith("Rolled back: blue is serving again.")
+    assert 1.0 <= result["green_health"]["seconds"] < 2.0
+    assert world.units[G].active_state == "inactive"
+    assert world.units[B].active_state == "active"
 
 
 def test_refusal_before_anything_changes_reports_changed_false(world, capsys):
@@ -315,7 +333,7 @@ def test_check_mode_with_a_front_door_touches_nothing(world, capsys):
 def test_front_door_failure_on_the_active_model_fails_cleanly(world, capsys):
     green = {"model": "green", "unit": G, "url": world.args["url"], "port": world.args["port"],
              "served_model_name": "green-model", "startup_timeout_s": 900,
-             "repo_id": "org/green", "revision": "b" * 40, "gpus": [],
+             "startup_stall_s": 600, "repo_id": "org/green", "revision": "b" * 40, "gpus": [],
              "frontdoor_url": world.frontdoor_args["url"], "since": "2027-01-01T00:00:00+00:00"}
     write_record(str(world.state_file), {"active": green, "previous": None, "history": []})
     world.run_command(["systemctl", "start", G])

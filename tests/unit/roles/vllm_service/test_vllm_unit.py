@@ -150,6 +150,23 @@ def test_exec_start_splits_back_to_the_catalog_argv():
                     "--enforce-eager", "--dtype", "bfloat16", "--shutdown-timeout", "0"]
 
 
+def test_the_alias_follows_the_models_own_name_in_exec_start():
+    """vllm_service_model_alias: one more --served-model-name value, after the model's own
+    (vLLM names responses and metrics by the first); the unit's directives are unchanged."""
+    unit = render_unit(tiny_gqa_entry(), vllm_service_model_alias="default")
+    assert verify_unit.compare(unit) == []
+    argv = exec_argv(service(unit, "ExecStart")[0])
+    assert argv[7:10] == ["--served-model-name", "tiny-gqa", "default"]
+    assert argv[10] == "--max-model-len"
+    assert list(parsed(unit)) == list(parsed(render_unit(tiny_gqa_entry())))
+
+
+def test_an_alias_with_a_line_break_is_refused_naming_the_variable():
+    with pytest.raises(AnsibleFilterError,
+                       match="vllm_service_model_alias holds a control character"):
+        render_unit(tiny_gqa_entry(), vllm_service_model_alias="default\nExecStartPre=/bin/x")
+
+
 # --- sandbox -----------------------------------------------------------------
 
 def test_cpu_model_gets_no_device_at_all():

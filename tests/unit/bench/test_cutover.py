@@ -1,0 +1,114 @@
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
+"""bench/cutover.py's client: requests name the alias, and every non-2xx is a failure.
+
+A real HTTP server on loopback plays the front door: it serves one set of model
+names and answers others 404 the way vLLM does.
+"""
+
+import importlib.util
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
+
+import pytest
+from repo_paths import ROOT
+
+spec = importlib.util.spec_from_file_location("bench_cutover", ROOT / "bench" / "cutover.py")
+cutover = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(cutover)
+
+
+class Door(BaseHTTPRequestHandler):
+    served = ("tiny-mla", "default")
+    asked: ClassVar[list] = []
+
+    def log_message(self, *_args):
+        pass
+
+    def _send(self, status, body, headers=()):
+        data = body.encode()
+        self.send_response(status)
+        for key, value in headers:
+            self.send_header(key, value)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        self._send(200, json.dumps({"data": [{"id": name} for name in self.served]}))
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.asked.append(body["model"])
+        if body["model"] not in self.served:
+            self._send(404, json.dumps({"error": {
+                "message": f"The model `{body['model']}` does not exist.", "code": 404}}))
+        elif body.get("stream"):
+            self._send(200, 'data: {"choices": []}\n\ndata: [DONE]\n\n')
+        else:
+            self._send(200, json.dumps({"model": self.served[0], "choices": [{"text": "x"}]}))
+
+
+@pytest.fixture
+def door():
+    Door.asked = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Door)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_requests_name_the_alias_and_are_served(door):
+    load = cutover.Load(door, model="default")
+    outcomes = [load._one(n) for n in range(4)]
+    assert Door.asked == ["default"] * 4
+    assert [o["status"] for o in outcomes] == [200, 200, 200, 200]
+    assert [o["stream"] for o in outcomes] == [True, False, False, False]
+    assert not any(cutover.failed(o) for o in outcomes)
+
+
+def test_a_404_for_a_name_the_new_model_lacks_is_a_failure_not_relabelled(door):
+    load = cutover.Load(door, model="tiny-gqa")  # the old model's own name
+    outcome = load._one(1)
+    assert outcome["status"] == 404
+    assert cutover.failed(outcome) is True
+    assert load.model == "tiny-gqa"  # it does not learn the new name behind the client's back
+    summary = cutover.summarise([outcome], cutover_started=outcome["start"] - 1)
+    assert (summary["failed"], summary["503_retry_after"], summary["other_failures"]) == (1, 0, 1)
+    assert summary["other_examples"] == ["404"]
+    assert "renamed" not in summary
+
+
+def test_without_an_alias_the_client_asks_for_the_name_listed_at_the_start(door):
+    load = cutover.Load(door, model="")
+    load.refresh_model()
+    assert load.model == "tiny-mla"
+
+
+@pytest.mark.parametrize(("outcome", "is_failed"), [
+    ({"status": 200}, False),
+    ({"status": 201}, False),
+    ({"status": 299}, False),
+    ({"status": 300}, True),
+    ({"status": 404}, True),
+    ({"status": 503, "retry_after": "5"}, True),
+    ({"status": None, "error": "ConnectionResetError: [Errno 104]"}, True),
+    ({"status": 200, "error": "stream ended without [DONE]"}, True),
+])
+def test_every_answer_that_is_not_2xx_is_a_failure(outcome, is_failed):
+    assert cutover.failed(outcome) is is_failed
+
+
+def test_the_summary_counts_503_with_retry_after_apart_from_other_failures():
+    results = [{"status": 200, "start": 0.0, "end": 1.0},
+               {"status": 503, "retry_after": "5", "start": 2.0, "end": 2.1},
+               {"status": 503, "start": 3.0, "end": 3.1},
+               {"status": 404, "start": 4.0, "end": 4.5}]
+    summary = cutover.summarise(results, cutover_started=0.5)
+    assert (summary["sent"], summary["failed"], summary["503_retry_after"],
+            summary["other_failures"], summary["window_s"]) == (4, 3, 1, 2, 2.5)
+    assert summary["other_examples"] == ["404", "503"]
+    assert (summary["in_flight_at_start"], summary["in_flight_failed"]) == (1, 0)
