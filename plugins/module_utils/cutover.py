@@ -17,6 +17,9 @@ Everything that touches the host comes in through a `Host` (a run_command,
 an HTTP request function, clocks, sleep), so pytest drives the logic.
 """
 
+import contextlib
+import json
+import os
 import time
 
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import record as records
@@ -29,7 +32,10 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_facts import 
     GpuFactsError,
     unexplained_memory,
 )
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import urllib_request
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import (
+    check_once,
+    urllib_request,
+)
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.units import (
     StartProgress,
     Systemd,
@@ -70,7 +76,7 @@ class Settings:
     def __init__(self, strategy="sequential", restart=False, health_interval=2.0,
                  smoke_prompt="Hello", journal_lines=40, drain_timeout=60.0,
                  progress_file=None, progress_interval=10.0,
-                 unexplained_memory_bytes=1024**3):
+                 unexplained_memory_bytes=1024**3, switch_marker=None):
         if strategy not in STRATEGIES:
             raise CutoverError(f"strategy must be sequential, parallel or auto, got {strategy!r}")
         self.strategy = strategy
@@ -82,6 +88,8 @@ class Settings:
         self.progress_file = progress_file
         self.progress_interval = progress_interval
         self.unexplained_memory_bytes = unexplained_memory_bytes
+        # While a run acts on units, this file exists: the host's periodic probe leaves them alone.
+        self.switch_marker = switch_marker
 
 
 def resolve_strategy(strategy, blue, green):
@@ -118,6 +126,23 @@ def plan(record, green, restart=False, green_state=None):
             return "start"
         return "none"
     return "switch"
+
+
+@contextlib.contextmanager
+def switch_marker(path, model, action, wall=time.time):
+    """Hold the switch marker (a small JSON file) while a run acts on units; removed after,
+    whatever happened. The probe (probe.py) skips while it exists and is younger than its bound."""
+    if not path:
+        yield
+        return
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump({"pid": os.getpid(), "model": model, "action": action, "since": wall()}, handle)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
 
 
 def _cutover_error(exc):
@@ -287,8 +312,32 @@ class Cutover:
             "rolled_back": False,
             "phases": self.phases,
         }
-        if check_mode or action == "none":
-            return result
+        if check_mode:
+            return self._probe_active(action, result)
+        # Held from here (the probe of the active model included), so the host's periodic
+        # probe does not restart the unit this run is looking at or acting on.
+        with switch_marker(self.settings.switch_marker, self.green["model"],
+                           "probe" if action == "none" else action, self.host.wall):
+            action = self._probe_active(action, result)["action"]
+            if action == "none":
+                return result
+            return self._act_on_plan(record, action, blue, result, state)
+
+    def _probe_active(self, action, result):
+        """The active model, running and unchanged: one pass of the gate says it still serves;
+        when it does not, the action becomes `heal`."""
+        if action == "none":
+            ok, stage, detail = check_once(self.green["url"], self.green["served_model_name"],
+                                           self.settings.smoke_prompt, request=self.host.request)
+            if not ok:
+                result.update(action="heal", changed=True,
+                              heal_reason=f"{self.green['unit']} is active but failed its "
+                                          f"health probe at {stage}: {detail}")
+        return result
+
+    def _act_on_plan(self, record, action, blue, result, state):
+        if action == "heal":
+            return self._heal(result)
         if action in ("record", "frontdoor"):
             self._point_green_or_fail(result)
             if action == "record":
@@ -319,6 +368,25 @@ class Cutover:
         self._point_green_or_fail(result)
         self._act("enable", self.green["unit"])
         self._write_record(record, None)
+        result["time_to_healthy_s"] = gate["seconds"]
+        return result
+
+    def _heal(self, result):
+        """The active model failed its probe: restart it through the same gate. The record
+        stays as it is (the same deployment serves); the front door is confirmed."""
+        gate = self._timed("restart_green", self._start_and_gate, self.green, "restart")
+        result["green_health"] = gate
+        if not gate["ok"]:
+            since = self.host.wall() - gate["seconds"] - 5
+            self.systemd.try_act("stop", self.green["unit"])
+            raise CutoverError(
+                f"{self.green['model']} failed its health probe ({result['heal_reason']}) and "
+                f"did not pass its health gate after a restart: {gate['detail']}; it is the "
+                f"active model, so there is nothing to roll back to and it is now stopped",
+                journal=self.systemd.journal(self.green["unit"], since,
+                                             self.settings.journal_lines),
+                **result)
+        self._point_green_or_fail(result)
         result["time_to_healthy_s"] = gate["seconds"]
         return result
 

@@ -20,7 +20,12 @@ description:
   - On any failure before the switch, green is stopped, blue is started again if it was stopped
     and gated healthy, and the module fails with C(rolled_back=true), the reason and green's
     journal lines.
-  - Re-running with the active model, running and unchanged, changes nothing.
+  - Re-running with the active model, running and unchanged, runs one pass of the health gate
+    (health, model list, one completion); when it fails, the unit is restarted through the gate
+    (C(action=heal), with C(heal_reason)), else nothing changes. In check mode the pass runs and
+    the result says what would be done.
+  - While it acts on units, the module holds O(switch_marker); the host's periodic probe
+    (the vllm_service role's C(vllm-fleet-probe.timer)) leaves the units alone while it exists.
   - One switch at a time per host (O(lock_file)). Run as an asynchronous task, a switch outlives
     its controller (a dropped connection, Ctrl-C, a killed C(ansible-playbook)) - it completes or
     rolls back by itself, and a re-run waits for it, then finds the record it left.
@@ -154,6 +159,12 @@ options:
     description: Extra fields written to the deployment record for green (repo_id, revision, ...).
     type: dict
     default: {}
+  switch_marker:
+    description:
+      - File that exists while the module acts on units (removed afterwards, also on failure);
+        the periodic probe skips while it is there and younger than its own bound.
+      - Unset, no marker is written.
+    type: path
   state_file:
     description: The deployment record, a local fact file (read back as C(ansible_local.vllm_fleet)).
     type: path
@@ -203,7 +214,8 @@ RETURN = r"""
 action:
   description:
     - What was (or in check mode would be) done - none, record, frontdoor (only the front door
-      re-pointed at the running active model), start, restart or switch.
+      re-pointed at the running active model), heal (the running active model failed its
+      health probe and was restarted through the gate), start, restart or switch.
   returned: always
   type: str
 active_before:
@@ -231,9 +243,14 @@ strategy:
   returned: always
   type: str
 phases:
-  description: Seconds each phase took (preflight, frontdoor, drain_blue, stop_blue, start_green, rollback).
+  description: Seconds each phase took (preflight, frontdoor, drain_blue, stop_blue, start_green, restart_green, rollback).
   returned: always
   type: dict
+heal_reason:
+  description: Why the active model was restarted - its unit and the gate stage and detail that failed.
+  returned: when action is heal
+  type: str
+  sample: "vllm-tiny_gqa.service is active but failed its health probe at completion: POST /v1/completions: timed out"
 time_to_healthy_s:
   description: Seconds from starting green until it passed its health gate.
   returned: when green passed its gate
@@ -320,6 +337,7 @@ def main():
             "state_file": {"type": "path", "default": "/etc/ansible/facts.d/vllm_fleet.fact"},
             "lock_file": {"type": "path", "default": switch_lock.LOCK_FILE},
             "lock_timeout": {"type": "int"},
+            "switch_marker": {"type": "path"},
         },
         supports_check_mode=True,
     )
@@ -355,7 +373,8 @@ def main():
                         journal_lines=p["journal_lines"], drain_timeout=p["drain_timeout"],
                         progress_file=p["progress_file"],
                         progress_interval=p["progress_interval"],
-                        unexplained_memory_bytes=p["gpu_unexplained_memory_bytes"])
+                        unexplained_memory_bytes=p["gpu_unexplained_memory_bytes"],
+                        switch_marker=p["switch_marker"])
 
     def cutover_for():
         return Cutover(Host(run_command), green, p["state_file"], settings, frontdoor=frontdoor,

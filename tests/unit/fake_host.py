@@ -42,6 +42,7 @@ HANG = "hang"                # active but never opens its port (stuck loading)
 WRONG_MODEL = "wrong_model"  # healthy, but serves another model name
 ZERO_TOKENS = "zero_tokens"  # healthy, lists the model, completes with 0 tokens
 NOT_JSON = "not_json"        # /v1/models answers 200 with an HTML page
+STALLED = "stalled"          # engine stopped: /health and /v1/models 200, completions time out
 
 NGINX_CONF = "/etc/nginx/nginx.conf"
 NGINX_OK = (f"nginx: the configuration file {NGINX_CONF} syntax is ok\n"
@@ -62,8 +63,10 @@ FRONTDOOR_503 = json.dumps({"error": {
 class FakeUnit:
     def __init__(self, name, url=None, served=None, *, installed=True, active=False,
                  behaviour=HEALTHY, warmup_s=0.0, journal=(), port=None, engines=1,
-                 max_running=256, worker_pids=(), prints=()):
+                 max_running=256, worker_pids=(), prints=(), behaviour_after_restart=None):
         self.name = name
+        # what the server does after `systemctl restart` (a stalled engine comes back healthy)
+        self.behaviour_after_restart = behaviour_after_restart
         self.url = url
         # the port nginx proxies to; defaults to the URL's
         self.port = port or (int(url.rsplit(":", 1)[1].split("/")[0]) if url else None)
@@ -282,6 +285,8 @@ class FakeHost:
             unit.active_state, unit.sub_state = "failed", "failed"
             return 1, "", (f"Job for {unit.name} failed because the control process exited "
                            f"with error code.\n")
+        if restart and unit.behaviour_after_restart is not None:
+            unit.behaviour = unit.behaviour_after_restart
         unit.started_at = self.now
         unit.main_pid = 5000 + len(self.calls)
         if unit.behaviour == CRASH:
@@ -322,6 +327,8 @@ class FakeHost:
             name = "someone-else" if unit.behaviour == WRONG_MODEL else unit.served
             return HttpResult(200, json.dumps({"object": "list", "data": [{"id": name}]}))
         if path == "/v1/completions" and method == "POST":
+            if unit.behaviour == STALLED:
+                return HttpResult(error="timed out")
             if payload["model"] != unit.served:
                 return HttpResult(404, json.dumps({"error": "model not found"}))
             tokens = 0 if unit.behaviour == ZERO_TOKENS else payload["max_tokens"]

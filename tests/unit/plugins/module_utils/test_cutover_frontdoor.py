@@ -384,8 +384,10 @@ def test_frontdoor_action_repoints_a_running_active_model(tmp_path, port):
     world.host.http.clear()
     again = world.run()
     assert (again["action"], again["changed"]) == ("none", False)
-    assert world.host.timeline == ["nginx -t", f"reload nginx: {port}"]
-    assert world.host.http == []
+    # The re-run asks the gate once (the model still serves) and leaves nginx alone.
+    assert world.host.timeline == ["nginx -t", f"reload nginx: {port}",
+                                   "completion vllm-green.service: 4 tokens"]
+    assert [method for method, _url in world.host.http] == ["GET", "GET", "POST"]
 
 
 def test_frontdoor_action_failure_is_a_cutover_error_and_a_rerun_tries_again(tmp_path, port):

@@ -1,0 +1,245 @@
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
+"""The host's periodic probe of the active model (stdlib only).
+
+`vllm-fleet-probe.service`, started by its timer, runs this file as a script
+(the vllm_service role ships it beside health.py). Each run reads the
+deployment record for the active model, asks it the health gate once (health,
+model list, one completion: health.check_once, the gate the cutover uses) and
+keeps a count of consecutive failures in a state file. After `failures` of
+them in a row it restarts the unit and says why on stdout (the journal).
+
+It never restarts:
+  - a unit a cutover is acting on (the cutover holds the switch marker; a
+    marker older than `marker_max_age_s` is stale, said so, and ignored);
+  - a unit inside its startup window: up for less than the model's
+    `startup_timeout_s` and not yet healthy once since it last started
+    (systemd's InvocationID tells one start from the next);
+  - a unit systemd is starting, stopping or about to restart itself.
+A unit that is inactive or failed while the record names it active counts as
+a failed probe (vLLM's API server exits with status 0 once its engine died,
+so `Restart=on-failure` does not bring it back).
+
+Everything that touches the host (commands, HTTP, clocks) is a parameter.
+"""
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+
+try:
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import (
+        check_once,
+        urllib_request,
+    )
+except ImportError:  # on the host: shipped beside health.py by the vllm_service role
+    from health import check_once, urllib_request  # type: ignore[no-redef]
+
+OK, FAILED, SKIPPED, RESTARTED, IDLE = "ok", "failed", "skipped", "restarted", "idle"
+SHOW = ("LoadState", "ActiveState", "SubState", "InvocationID", "ActiveEnterTimestampMonotonic")
+TRANSITIONS = ("activating", "deactivating", "reloading", "refreshing")
+
+
+class Settings:
+    """How the probe decides (the probe service's command line)."""
+
+    def __init__(self, record, state_file, marker=None, failures=3, marker_max_age_s=7200.0,
+                 timeout_s=30.0, smoke_prompt="Hello"):
+        self.record = record
+        self.state_file = state_file
+        self.marker = marker
+        self.failures = max(1, int(failures))
+        self.marker_max_age_s = float(marker_max_age_s)
+        self.timeout_s = float(timeout_s)
+        self.smoke_prompt = smoke_prompt
+
+
+class Outcome:
+    """What one run decided: `verdict` (ok, failed, skipped, restarted, idle), the line for
+    the journal (empty when there is nothing to say) and the state to keep."""
+
+    def __init__(self, verdict, message, state):
+        self.verdict = verdict
+        self.message = message
+        self.state = state
+
+
+def _read_json(path, default):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except (FileNotFoundError, ValueError):
+        return default
+
+
+def marker_check(path, now, max_age_s, stat=os.stat):
+    """(blocks, note): whether the switch marker holds the probe off, and a note about it."""
+    if not path:
+        return False, ""
+    try:
+        age = now - stat(path).st_mtime
+    except FileNotFoundError:
+        return False, ""
+    if age < max_age_s:
+        held = _read_json(path, {})
+        return True, (f"a cutover holds {path} ({held.get('action', '?')} of "
+                      f"{held.get('model', '?')}, {age:.0f} s ago): not probing")
+    return False, (f"ignoring the stale switch marker {path}: {age:.0f} s old, older than "
+                   f"{max_age_s:.0f} s (a cutover that died?)")
+
+
+def show(unit, run_command):
+    rc, out, err = run_command(["systemctl", "show", unit, "--property=" + ",".join(SHOW)])
+    if rc != 0:
+        return None, f"systemctl show {unit} failed (rc={rc}): {(err or out).strip()}"
+    props = {}
+    for line in out.splitlines():
+        key, _sep, value = line.partition("=")
+        props[key] = value
+    return props, ""
+
+
+def startup_window(props, monotonic_now, startup_timeout_s, healthy_invocation):
+    """Seconds the unit has been up when it is still inside its startup window, else None.
+
+    The window lasts from systemd's ActiveEnterTimestampMonotonic (microseconds of
+    CLOCK_MONOTONIC) for the model's startup timeout, and ends early at the first healthy
+    probe of this start (InvocationID)."""
+    if props.get("InvocationID") and props.get("InvocationID") == healthy_invocation:
+        return None
+    try:
+        entered_us = int(props.get("ActiveEnterTimestampMonotonic") or 0)
+    except ValueError:
+        entered_us = 0
+    if entered_us <= 0:
+        return None
+    up_s = monotonic_now - entered_us / 1e6
+    return up_s if up_s < float(startup_timeout_s) else None
+
+
+def _unit_skip(unit, props, error, state):
+    """An Outcome when the unit cannot be probed now (systemd cannot say, it is not
+    installed, systemd is acting on it), else None."""
+    if props is None:
+        return Outcome(SKIPPED, f"{unit}: {error}", state)
+    if props.get("LoadState") != "loaded":
+        return Outcome(SKIPPED, f"{unit}: not installed (LoadState={props.get('LoadState')})",
+                       state)
+    if props.get("ActiveState") in TRANSITIONS:
+        return Outcome(SKIPPED, "", dict(state, failures=0))  # systemd is acting on it
+    return None
+
+
+def _probe_active(settings, active, props, state, request, monotonic):
+    """(Outcome, None) when the probe settles it (healthy, or starting), else (None, why)."""
+    unit = active["unit"]
+    ok, stage, detail = check_once(active["url"], active["served_model_name"],
+                                   settings.smoke_prompt, request=request,
+                                   timeout=settings.timeout_s)
+    if ok:
+        recovered = state.get("failures", 0) > 0
+        state = dict(state, failures=0, healthy_invocation=props.get("InvocationID"))
+        return Outcome(OK, f"{unit}: healthy again ({detail})" if recovered else "", state), None
+    limit = active.get("startup_timeout_s", 900)
+    up_s = startup_window(props, monotonic(), limit, state.get("healthy_invocation"))
+    if up_s is not None:
+        return Outcome(SKIPPED, (f"{unit}: starting ({up_s:.0f} s of its {limit} s startup "
+                                 f"window, not healthy yet: {stage}: {detail}); not counted"),
+                       dict(state, failures=0)), None
+    return None, f"failed its health probe at {stage}: {detail}"
+
+
+def decide(settings, record, state, *, run_command, request, wall, monotonic, stat=os.stat):
+    """One probe run: returns an Outcome. Restarts the unit (through `run_command`) when the
+    failures reach `settings.failures`."""
+    active = (record or {}).get("active")
+    if not active or not active.get("unit"):
+        return Outcome(IDLE, "", {})
+    unit = active["unit"]
+    if state.get("unit") != unit:
+        state = {"unit": unit, "failures": 0, "healthy_invocation": None}
+    state = dict(state)
+    blocks, note = marker_check(settings.marker, wall(), settings.marker_max_age_s, stat)
+    if blocks:
+        return Outcome(SKIPPED, f"{unit}: {note}", dict(state, failures=0))
+    notes = [note] if note else []
+    props, error = show(unit, run_command)
+    skip = _unit_skip(unit, props, error, state)
+    if skip is not None:
+        return skip
+    if props.get("ActiveState") == "active":
+        settled, why = _probe_active(settings, active, props, state, request, monotonic)
+        if settled is not None:
+            return settled
+    else:
+        why = (f"is {props.get('ActiveState')} ({props.get('SubState')}) while the deployment "
+               f"record names it the active model")
+    failures = state.get("failures", 0) + 1
+    if failures < settings.failures:
+        state["failures"] = failures
+        line = f"{unit} {why} (failure {failures} of {settings.failures})"
+        return Outcome(FAILED, "; ".join([*notes, line]), state)
+    rc, out, err = run_command(["systemctl", "restart", "--no-block", unit])
+    state.update(failures=0, healthy_invocation=None)
+    if rc != 0:
+        verdict, line = FAILED, (f"{unit} {why}: {failures} failed probes in a row; systemctl "
+                                 f"restart failed (rc={rc}): {(err or out).strip()}")
+    else:
+        verdict, line = RESTARTED, (f"restarting {unit}: {failures} failed probes in a row, "
+                                    f"the last: {unit} {why}")
+    return Outcome(verdict, "; ".join([*notes, line]), state)
+
+
+def write_state(path, state):
+    folder = os.path.dirname(path) or "."
+    os.makedirs(folder, exist_ok=True)
+    tmp = os.path.join(folder, ".probe-state.tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(state, handle)
+    os.replace(tmp, path)
+
+
+def run(settings, *, run_command, request=urllib_request, wall=time.time,
+        monotonic=time.monotonic, out=sys.stdout):
+    """Read the record and the kept state, decide, keep the new state, print the line."""
+    record = _read_json(settings.record, {})
+    state = _read_json(settings.state_file, {})
+    outcome = decide(settings, record, state, run_command=run_command, request=request,
+                     wall=wall, monotonic=monotonic)
+    with contextlib.suppress(OSError):
+        write_state(settings.state_file, outcome.state)
+    if outcome.message:
+        print(outcome.message, file=out, flush=True)
+    return outcome
+
+
+def subprocess_run(argv):
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--record", required=True, help="the deployment record (JSON)")
+    parser.add_argument("--state", required=True, help="where the failure count is kept")
+    parser.add_argument("--marker", help="the cutover's switch marker")
+    parser.add_argument("--marker-max-age", type=float, default=7200.0,
+                        help="seconds after which a switch marker is stale")
+    parser.add_argument("--failures", type=int, default=3,
+                        help="consecutive failed probes before a restart")
+    parser.add_argument("--timeout", type=float, default=30.0, help="seconds per request")
+    parser.add_argument("--prompt", default="Hello", help="prompt of the one completion")
+    args = parser.parse_args(argv)
+    settings = Settings(args.record, args.state, marker=args.marker, failures=args.failures,
+                        marker_max_age_s=args.marker_max_age, timeout_s=args.timeout,
+                        smoke_prompt=args.prompt)
+    outcome = run(settings, run_command=subprocess_run)
+    return 1 if outcome.verdict == FAILED and "systemctl restart failed" in outcome.message else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
