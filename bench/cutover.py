@@ -32,6 +32,7 @@ model's name, which the new one does not serve: expect 404s after a switch).
 import argparse
 import http.client
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -44,6 +45,9 @@ import ansible_runner
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_RATIO = 1.05
+# Every request's headers; --api-key (or VLLM_FLEET_API_KEY) adds the bearer token a
+# front door with keys asks for.
+HEADERS = {"Content-Type": "application/json"}
 HTTP_OK_MIN, HTTP_OK_END = 200, 300
 
 
@@ -84,7 +88,7 @@ class Load:
         outcome = {"start": start, "stream": stream}
         conn = http.client.HTTPConnection(self.url.hostname, self.url.port, timeout=120)
         try:
-            conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+            conn.request("POST", path, json.dumps(body), HEADERS)
             resp = conn.getresponse()
             data = resp.read()
             outcome["status"] = resp.status
@@ -102,7 +106,7 @@ class Load:
     def refresh_model(self):
         conn = http.client.HTTPConnection(self.url.hostname, self.url.port, timeout=10)
         try:
-            conn.request("GET", "/v1/models")
+            conn.request("GET", "/v1/models", headers=HEADERS)
             resp = conn.getresponse()
             data = resp.read()
             if resp.status == 200:
@@ -199,7 +203,7 @@ def latency(base_url, model, count):
     for _unused in range(count):
         conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
         start = time.perf_counter()
-        conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+        conn.request("POST", "/v1/completions", body, HEADERS)
         conn.getresponse().read()
         samples.append((time.perf_counter() - start) * 1000)
         conn.close()
@@ -259,7 +263,11 @@ def main():
     parser.add_argument("--latency-requests", type=int, default=200)
     parser.add_argument("--min-requests", type=int, default=500)
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    parser.add_argument("--api-key", default=os.environ.get("VLLM_FLEET_API_KEY", ""),
+                        help="the front door's key (default: $VLLM_FLEET_API_KEY; none: open)")
     args = parser.parse_args()
+    if args.api_key:
+        HEADERS["Authorization"] = f"Bearer {args.api_key}"
 
     problems = []
     rows = []
