@@ -213,7 +213,9 @@ def run(settings, *, run_command, request=urllib_request, wall=time.time,
     with contextlib.suppress(OSError):
         write_state(settings.state_file, outcome.state)
     if outcome.message:
-        print(outcome.message, file=out, flush=True)
+        # The probe service's stdout is its journal (systemd reads one line per write).
+        out.write(outcome.message + "\n")
+        out.flush()
     return outcome
 
 
@@ -242,4 +244,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())
