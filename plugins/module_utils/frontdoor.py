@@ -175,7 +175,7 @@ class FrontDoor:
     def __init__(self, run_command, upstream_file, url, test_cmd=("nginx", "-t"),
                  reload_cmd=("systemctl", "reload", "nginx"), request=urllib_request,
                  clock=time.monotonic, sleep=time.sleep, settle_timeout=10.0, key_file=None,
-                 record_file=None):
+                 record_file=None, confirmations=1):
         self.run = run_command
         self.upstream_file = upstream_file
         self.url = url.rstrip("/")
@@ -187,6 +187,7 @@ class FrontDoor:
         self.settle_timeout = settle_timeout
         self.key_file = key_file
         self.record_file = record_file
+        self.confirmations = max(1, int(confirmations))
 
     def current(self):
         return read_upstream(self.upstream_file)
@@ -247,10 +248,17 @@ class FrontDoor:
             write_atomic(self.upstream_file, old)
 
     def _settle(self, served_model_name):
-        """Wait until /v1/models through the front door shows the new state."""
+        """Wait until /v1/models through the front door shows the new state.
+
+        After a reload nginx's old workers finish what they hold and stop accepting, but
+        for a moment an old worker can still take a new connection and answer the old
+        way: `self.confirmations` answers in a row, each on a new connection 50 ms apart,
+        must show the new state.
+        """
         deadline = self.clock() + self.settle_timeout
         last = ""
         auth = self._headers()
+        seen = 0
         while True:
             res = self.request("GET", self.url + "/v1/models", timeout=5.0, **auth)
             if res.status == HTTP_UNAUTHORIZED:
@@ -258,20 +266,22 @@ class FrontDoor:
                     f"front door {self.url} answered 401: it does not accept "
                     + (f"the key in {self.key_file}" if self.key_file else
                        "requests without a key (give the cutover the front door's own key file)"))
+            matched = False
             if served_model_name is None:
-                if res.status == HTTP_UNAVAILABLE:
-                    return
+                matched = res.status == HTTP_UNAVAILABLE
                 last = f"wanted 503, got {res.status or res.error}"
             elif res.status == HTTP_OK:
                 try:
                     names = [m.get("id") for m in json.loads(res.body).get("data", [])]
                 except (ValueError, AttributeError):
                     names = []
-                if served_model_name in names:
-                    return
+                matched = served_model_name in names
                 last = f"wanted {served_model_name}, front door lists {names}"
             else:
                 last = f"wanted {served_model_name}, got {res.status or res.error}"
+            seen = seen + 1 if matched else 0
+            if seen >= self.confirmations:
+                return
             if self.clock() >= deadline:
                 raise FrontDoorError(f"front door {self.url} did not switch within "
                                      f"{self.settle_timeout} s: {last}")

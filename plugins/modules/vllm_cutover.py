@@ -366,7 +366,8 @@ def main():
         fd = p["frontdoor"]
         frontdoor = FrontDoor(run_command, fd["upstream_file"], fd["url"],
                               test_cmd=fd["test_cmd"], reload_cmd=fd["reload_cmd"],
-                              key_file=fd["key_file"], record_file=fd["record_file"])
+                              key_file=fd["key_file"], record_file=fd["record_file"],
+                              confirmations=3)
         green["frontdoor_url"] = fd["url"]
     settings = Settings(strategy=p["strategy"], restart=p["restart"],
                         health_interval=p["health_interval"], smoke_prompt=p["smoke_prompt"],

@@ -295,7 +295,7 @@ def test_tls_front_door_and_the_cutovers_settle_through_it_with_the_own_key(
         nginx = [NGINX, "-p", str(prefix), "-c", str(prefix / "nginx.conf")]
         door = FrontDoor(_run, str(prefix / "upstream.conf"), url,
                          test_cmd=[*nginx, "-t"], reload_cmd=[*nginx, "-s", "reload"],
-                         key_file=str(own_key), settle_timeout=10.0)
+                         key_file=str(own_key), settle_timeout=10.0, confirmations=3)
         seconds = door.point(backend.server_address[1], "tiny_gqa", "tiny-gqa")
         after = call(url, "/v1/models", KEY, context=ctx)
         wrong = tmp_path / "wrong.key"

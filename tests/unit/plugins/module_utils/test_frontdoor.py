@@ -483,3 +483,27 @@ def test_publish_writes_nothing_without_a_record_file(tmp_path):
     door.publish({"active": {"model": "m", "since": "2026-11-30T20:00:00+00:00"}})
     assert (tmp_path / "deployment.prom").read_text().endswith(
         "vllm_fleet_active_since_seconds 1796068800\n")
+
+
+def test_settle_wants_the_new_state_on_several_answers_in_a_row(tmp_path):
+    """After a reload an old nginx worker may still answer the old way for a moment."""
+    models = json.dumps({"data": [{"id": "green-model"}]})
+    answers = [HttpResult(200, models), HttpResult(503, "{}"), HttpResult(200, models),
+               HttpResult(200, models), HttpResult(200, models), HttpResult(503, "{}")]
+    asked = []
+    now = [0.0]
+
+    def request(method, url, timeout=10.0):
+        asked.append(url)
+        return answers[len(asked) - 1]
+
+    def sleep(seconds):
+        now[0] += seconds
+
+    door = FrontDoor(None, str(tmp_path / "u.conf"), FD_URL, request=request,
+                     clock=lambda: now[0], sleep=sleep, confirmations=3)
+    door._settle("green-model")
+    assert len(asked) == 5  # the one old answer reset the count
+    door1 = FrontDoor(None, str(tmp_path / "u.conf"), FD_URL, request=lambda *a, **k: answers[0],
+                      clock=lambda: now[0], sleep=sleep)
+    door1._settle("green-model")
