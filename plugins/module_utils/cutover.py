@@ -350,44 +350,44 @@ class Cutover:
             return self._start_active(record, action, result)
         return self._switch(record, blue, result, state)
 
-    def _start_active(self, record, action, result):
-        """The active model's own unit is down or changed: (re)start it; nothing to roll back to."""
-        gate = self._timed("start_green", self._start_and_gate, self.green,
-                           "restart" if action == "restart" else "start")
+    def _gate_active(self, result, phase, verb, failed):
+        """(Re)start the active model through the gate and point the front door at it.
+
+        On a failed gate it is stopped (there is nothing to roll back to) and the
+        CutoverError says `failed(detail)`, with its journal lines.
+        """
+        gate = self._timed(phase, self._start_and_gate, self.green, verb)
         result["green_health"] = gate
         if not gate["ok"]:
             since = self.host.wall() - gate["seconds"] - 5
             self.systemd.try_act("stop", self.green["unit"])
-            raise CutoverError(
-                f"{self.green['model']} did not pass its health gate after {action}: "
-                f"{gate['detail']}; it was the active model, so there is nothing to roll "
-                f"back to and it is now stopped",
-                journal=self.systemd.journal(self.green["unit"], since,
-                                             self.settings.journal_lines),
-                **result)
+            raise CutoverError(failed(gate["detail"]),
+                               journal=self.systemd.journal(self.green["unit"], since,
+                                                            self.settings.journal_lines),
+                               **result)
         self._point_green_or_fail(result)
+        result["time_to_healthy_s"] = gate["seconds"]
+
+    def _start_active(self, record, action, result):
+        """The active model's own unit is down or changed: (re)start it; nothing to roll back to."""
+        self._gate_active(
+            result, "start_green", "restart" if action == "restart" else "start",
+            lambda detail: (f"{self.green['model']} did not pass its health gate after {action}: "
+                            f"{detail}; it was the active model, so there is nothing to roll "
+                            f"back to and it is now stopped"))
         self._act("enable", self.green["unit"])
         self._write_record(record, None)
-        result["time_to_healthy_s"] = gate["seconds"]
         return result
 
     def _heal(self, result):
         """The active model failed its probe: restart it through the same gate. The record
         stays as it is (the same deployment serves); the front door is confirmed."""
-        gate = self._timed("restart_green", self._start_and_gate, self.green, "restart")
-        result["green_health"] = gate
-        if not gate["ok"]:
-            since = self.host.wall() - gate["seconds"] - 5
-            self.systemd.try_act("stop", self.green["unit"])
-            raise CutoverError(
-                f"{self.green['model']} failed its health probe ({result['heal_reason']}) and "
-                f"did not pass its health gate after a restart: {gate['detail']}; it is the "
-                f"active model, so there is nothing to roll back to and it is now stopped",
-                journal=self.systemd.journal(self.green["unit"], since,
-                                             self.settings.journal_lines),
-                **result)
-        self._point_green_or_fail(result)
-        result["time_to_healthy_s"] = gate["seconds"]
+        self._gate_active(
+            result, "restart_green", "restart",
+            lambda detail: (f"{self.green['model']} failed its health probe "
+                            f"({result['heal_reason']}) and did not pass its health gate after "
+                            f"a restart: {detail}; it is the active model, so there is nothing "
+                            f"to roll back to and it is now stopped"))
         return result
 
     def _point_green(self):
