@@ -9,6 +9,7 @@ revision.
 """
 
 import os
+from pathlib import Path
 
 import pytest
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import record as record_mod
@@ -68,7 +69,7 @@ class World:
             self.old.pop("model_dir")
             self.old.pop("model_link")
         record_mod.write(self.state_file, {"active": self.old, "previous": None, "history": []})
-        self.before = open(self.state_file, "rb").read()
+        self.before = Path(self.state_file).read_bytes()
 
     def run(self, check_mode=False):
         host = Host(self.host.run_command, request=self.host.request, clock=self.host.clock,
@@ -117,7 +118,7 @@ def test_a_new_revision_that_fails_its_gate_leaves_the_old_revision_serving(tmp_
     assert world.host.started_dirs == [NEW, OLD]  # the new revision, then the old one again
     assert world.target() == OLD
     assert world.host.units[UNIT].active_state == "active"
-    assert open(world.state_file, "rb").read() == world.before  # the record still says OLD
+    assert Path(world.state_file).read_bytes() == world.before  # the record still says OLD
 
 
 def test_check_mode_reports_the_update_and_touches_nothing(tmp_path):
@@ -147,5 +148,5 @@ def test_point_link_replaces_a_link_atomically_and_refuses_a_folder(tmp_path):
     assert sorted(os.listdir(tmp_path / "l")) == ["m"]  # no temporary link left
     folder = tmp_path / "dir"
     folder.mkdir()
-    with pytest.raises(OSError):
+    with pytest.raises(IsADirectoryError):
         point_link(str(folder), "/c")
