@@ -15,7 +15,10 @@ running() { [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }
 case "${1:-status}" in
   start)
     mkdir -p .lab
-    if [ ! -f "$root/vllm-fleet-lab/tiny-gqa/config.json" ] || [ ! -f "$root/vllm-fleet-lab/tiny-mla/config.json" ]; then
+    gqa=$root/vllm-fleet-lab/tiny-gqa
+    # The script keeps what is made and adds what is missing (tiny-gqa's extra revisions).
+    if [ ! -f "$gqa/config.json" ] || [ ! -f "$root/vllm-fleet-lab/tiny-mla/config.json" ] \
+      || [ ! -d "$gqa/.revisions/update-good" ] || [ ! -d "$gqa/.revisions/update-broken" ]; then
       "$py" lab/make_tiny_models.py --out "$root"
     fi
     if running; then

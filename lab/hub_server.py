@@ -14,14 +14,23 @@ downloader (plugins/module_utils/hf_download.py):
   POST /api/models/{repo}/paths-info/{rev}          (form or JSON "paths")
   HEAD/GET /{repo}/resolve/{rev}/{path}             (HTTP Range, 206/416)
 
-Revisions: ``main``, the repo's commit sha (sha1 over the sorted
-(path, oid) pairs, so it changes when any file changes) and any tag listed
-one per line in ``<repo>/.tags``. Files of 1 MiB or more and ``*.safetensors``
-are "LFS": their ETag is the content sha256 and tree entries carry
-``lfs: {oid, size, pointerSize}``; other files carry the git blob id.
-A ``.gated`` file in a repo makes file downloads answer 401 GatedRepo unless
-an ``Authorization: Bearer <token>`` header is sent (if ``.gated`` holds a
-token, only that token is accepted; another gets 403).
+Revisions: ``main``, the repo's commit sha (sha1 over the sorted (path, oid)
+pairs, so it changes when any file changes) and any tag listed one per line
+in ``<repo>/.tags`` all name the main tree, the repo's files outside
+``.revisions/``. A repo may hold more revisions as complete file trees in
+``<repo>/.revisions/<label>/`` (a label starting with "." is skipped, so a
+tree can be built under a dot name and renamed into place): the label or the
+tree's own commit sha (same scheme) names that tree, and every endpoint then
+serves its files and its sha (X-Repo-Commit, ETags, siblings, tree,
+paths-info); main, its sha and the tags win over a label of the same name.
+Any other revision answers 404 RevisionNotFound. ``.gated`` and ``.tags``
+are read from the repo's top folder only and apply to every revision; fault
+globs still match "<org>/<name>/<path>" and "<path>". Files of 1 MiB or more
+and ``*.safetensors`` are "LFS": their ETag is the content sha256 and tree
+entries carry ``lfs: {oid, size, pointerSize}``; other files carry the git
+blob id. A ``.gated`` file in a repo makes file downloads answer 401
+GatedRepo unless an ``Authorization: Bearer <token>`` header is sent (if
+``.gated`` holds a token, only that token is accepted; another gets 403).
 
 Fault injection (CLI flags, ``HUB_SERVER_FAULTS`` JSON in the environment,
 or ``POST /_faults`` with a JSON body; ``GET /_faults`` reads them back):
@@ -72,7 +81,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 LFS_THRESHOLD = 1024 * 1024
 CHUNK = 64 * 1024
 CONTROL_FILES = {".gated", ".tags"}
-SKIP_DIRS = {".git", ".cache"}
+REVISIONS_DIR = ".revisions"
+SKIP_DIRS = {".git", ".cache", REVISIONS_DIR}
 LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 _RANGE_RE = re.compile(r"^bytes=(\d*)-(\d*)$")
 
@@ -157,6 +167,32 @@ class RepoIndex:
         for path in sorted(files):
             h.update(f"{path}\0{files[path]['oid']}\n".encode())
         return h.hexdigest()
+
+    @staticmethod
+    def revision_dirs(repo_dir: Path) -> dict[str, Path]:
+        """{label: tree} of the extra revisions in <repo>/.revisions/ (dot names skipped)."""
+        rev_root = repo_dir / REVISIONS_DIR
+        if not rev_root.is_dir():
+            return {}
+        trees = sorted(d for d in rev_root.iterdir() if d.is_dir())
+        return {d.name: d for d in trees if not d.name.startswith(".")}
+
+    def resolve(self, repo_dir: Path, rev: str) -> tuple[Path, dict, str] | None:
+        """(tree folder, files, commit sha) a revision names in a repo, or None."""
+        files = self.files(repo_dir)
+        sha = self.commit_sha(files)
+        if rev in {"main", sha} | self.tags(repo_dir):
+            return repo_dir, files, sha
+        trees = self.revision_dirs(repo_dir)
+        if rev in trees:
+            files = self.files(trees[rev])
+            return trees[rev], files, self.commit_sha(files)
+        for tree in trees.values():
+            files = self.files(tree)
+            sha = self.commit_sha(files)
+            if rev == sha:
+                return tree, files, sha
+        return None
 
     @staticmethod
     def tags(repo_dir: Path) -> set[str]:
@@ -403,17 +439,17 @@ class HubHandler(BaseHTTPRequestHandler):
             return self._json({"reset": True})
         return self._error(404, None, f"No route for {self.command} {path}")
 
-    def _repo(self, repo_id: str, rev: str) -> tuple[Path, dict, str] | None:
+    def _repo(self, repo_id: str, rev: str) -> tuple[Path, Path, dict, str] | None:
+        """(repo folder, the revision's tree, its files, its sha); None once a 404 is sent."""
         repo_dir = self.index.repo_dir(repo_id)
         if repo_dir is None:
             self._error(404, "RepoNotFound", "Repository not found")
             return None
-        files = self.index.files(repo_dir)
-        sha = self.index.commit_sha(files)
-        if rev not in {"main", sha} | self.index.tags(repo_dir):
+        found = self.index.resolve(repo_dir, rev)
+        if found is None:
             self._error(404, "RevisionNotFound", f"Invalid rev id: {rev}")
             return None
-        return repo_dir, files, sha
+        return repo_dir, *found
 
     def _api(self, rest: str, query: dict) -> None:  # noqa: C901, PLR0911
         parts = rest.split("/")
@@ -431,7 +467,9 @@ class HubHandler(BaseHTTPRequestHandler):
             found = self._repo(repo_id, rev)
             if found is None:
                 return None
-            return self._model_info(repo_id, *found, blobs="true" in query.get("blobs", []))
+            repo_dir, _tree, files, sha = found
+            blobs = "true" in query.get("blobs", [])
+            return self._model_info(repo_id, repo_dir, files, sha, blobs=blobs)
         if tail[0] in {"tree", "paths-info"} and len(tail) > 1:
             status = self.faults.api_failure("fail_tree")
             if status:
@@ -439,7 +477,7 @@ class HubHandler(BaseHTTPRequestHandler):
             found = self._repo(repo_id, unquote(tail[1]))
             if found is None:
                 return None
-            _unused, files, _unused2 = found
+            _repo_dir, _tree, files, _sha = found
             if tail[0] == "tree":
                 sub = unquote("/".join(tail[2:])).strip("/")
                 recursive = query.get("recursive", ["false"])[0].lower() in {"true", "1"}
@@ -586,7 +624,7 @@ class HubHandler(BaseHTTPRequestHandler):
         found = self._repo(repo_id, rev)
         if found is None:
             return None
-        repo_dir, files, sha = found
+        repo_dir, tree, files, sha = found
         if self._auth_error(repo_dir):
             return None
         entry = files.get(rel)
@@ -634,7 +672,7 @@ class HubHandler(BaseHTTPRequestHandler):
         if self.command == "HEAD":
             return None
         self.faults.count_request(key, rng)
-        self._stream(repo_dir / rel, key, rel, start, length)
+        self._stream(tree / rel, key, rel, start, length)
         return None
 
     def _stream(self, fpath: Path, key: str, rel: str, start: int, length: int) -> None:

@@ -16,10 +16,26 @@ The tokenizer is a byte-level BPE trained here with `tokenizers` on a small
 built-in corpus, with a ChatML chat template. Weights come from
 transformers' own initialisation with a fixed seed. Runs in seconds, needs
 no download. Usage: python lab/make_tiny_models.py --out .lab/hub
+
+tiny-gqa (the catalog's tiny_gqa) also gets two extra revisions for update
+tests, as trees hub_server.py serves by label (see its "Revisions:"):
+
+- .revisions/update-good/: main's files plus a README.md and a lab.json that
+  say "revision update-good" (vLLM reads neither: it loads as main does).
+- .revisions/update-broken/: main's files with tokenizer.json cut short,
+  invalid JSON, so vLLM fails while starting; config.json is main's, so a
+  preflight that reads it passes.
+
+Large files are hard links to main's, small ones copies. Each tree is
+checked against main on every run and rebuilt only when it differs, under
+a dot name renamed into place, so a re-run is cheap and a Hub root made
+before the revisions existed gets them. Revision messages go to stderr.
 """
 
 import argparse
+import filecmp
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -105,6 +121,83 @@ MODELS = {
 }
 
 
+# The catalog's tiny_gqa (roles/vllm_model/defaults/main/catalog.yml) gets these.
+REVISIONS_OF = "vllm-fleet-lab/tiny-gqa"
+REVISIONS_DIR = ".revisions"
+REVISION_LABELS = ("update-good", "update-broken")
+LINK_AT = 1024 * 1024  # files this large, and *.safetensors, are hard-linked
+
+
+def revision_plan(repo_dir: Path, label: str) -> dict[str, Path | bytes]:
+    """{path: main's file to link or copy, or the bytes to write} of one extra revision."""
+    main = {  # what the Hub serves as main: no dot names (.revisions/, .gated, .tags)
+        f.relative_to(repo_dir).as_posix(): f
+        for f in sorted(repo_dir.rglob("*"))
+        if f.is_file() and not any(p.startswith(".") for p in f.relative_to(repo_dir).parts)
+    }
+    plan: dict[str, Path | bytes] = dict(main)
+    if label == "update-good":
+        plan["README.md"] = b"# tiny-gqa\n\nrevision update-good: main's model, a new README.\n"
+        lab = json.loads(main["lab.json"].read_text(encoding="utf-8"))
+        lab["revision"] = "update-good"
+        plan["lab.json"] = (json.dumps(lab, indent=2) + "\n").encode()
+    elif label == "update-broken":
+        tokenizer = main["tokenizer.json"].read_bytes()
+        plan["tokenizer.json"] = tokenizer[: len(tokenizer) // 2]  # cut mid-JSON: invalid
+    else:
+        raise ValueError(f"unknown revision {label}")
+    return plan
+
+
+def _linked(rel: str, src: Path) -> bool:
+    return rel.endswith(".safetensors") or src.stat().st_size >= LINK_AT
+
+
+def _tree_matches(tree: Path, plan: dict[str, Path | bytes]) -> bool:
+    if not tree.is_dir():
+        return False
+    have = {f.relative_to(tree).as_posix(): f for f in tree.rglob("*") if f.is_file()}
+    if set(have) != set(plan):
+        return False
+    for rel, want in plan.items():
+        if isinstance(want, bytes):
+            if have[rel].read_bytes() != want:
+                return False
+        elif not (os.path.samefile(have[rel], want) or filecmp.cmp(have[rel], want, False)):
+            return False
+    return True
+
+
+def write_revisions(repo_dir: Path, labels=REVISION_LABELS) -> list[str]:
+    """Write the extra revision trees that are missing or differ from main; the labels written."""
+    written = []
+    for label in labels:
+        plan = revision_plan(repo_dir, label)
+        tree = repo_dir / REVISIONS_DIR / label
+        tmp = repo_dir / REVISIONS_DIR / f".{label}.tmp"  # the Hub skips dot names
+        shutil.rmtree(tmp, ignore_errors=True)  # left by a run that stopped half-way
+        if _tree_matches(tree, plan):
+            continue
+        for rel, want in plan.items():
+            dest = tmp / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(want, bytes):
+                dest.write_bytes(want)
+                continue
+            if _linked(rel, want):
+                try:
+                    os.link(want, dest)
+                    continue
+                except OSError:  # no hard links on this file system: a copy does
+                    pass
+            shutil.copy2(want, dest)
+        if tree.exists():
+            shutil.rmtree(tree)
+        tmp.rename(tree)
+        written.append(label)
+    return written
+
+
 def make(out_root: Path, repo_id: str, seed: int) -> Path:
     import torch
 
@@ -136,6 +229,10 @@ def main() -> int:
         path = make(args.out, repo_id, args.seed)
         size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
         print(f"lab: made {repo_id} in {path} ({size} bytes)")
+    # After main, and on every run: a root made before the revisions existed gets them.
+    target = args.out / REVISIONS_OF
+    for label in write_revisions(target):
+        print(f"lab: wrote revision {label} of {REVISIONS_OF}", file=sys.stderr)
     return 0
 
 

@@ -109,23 +109,61 @@ def foreign_gpu_processes(gpu_processes, gpus, allowed_pids):
             if str(p.get("gpu_index")) in wanted and int(p.get("pid", -1)) not in allowed_pids]
 
 
-def plan(record, green, restart=False, green_state=None):
+def link_target(path):
+    """Where the symlink `path` points, or None (no link there)."""
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None
+
+
+def point_link(path, target):
+    """Make the symlink `path` point at `target`, atomically (a new link renamed over it).
+    Returns whether it changed."""
+    if link_target(path) == target:
+        return False
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(tmp)
+    os.symlink(target, tmp)
+    os.replace(tmp, path)
+    return True
+
+
+def revision_changed(green, link_now):
+    """Whether green's unit would load another revision's folder than the one it points at now
+    (the unit reads the model through a host-local link to one commit's folder)."""
+    return bool(green.get("model_link") and green.get("model_dir")
+                and link_now != green["model_dir"])
+
+
+def plan(record, green, restart=False, green_state=None, link_now=None):
     """Decide what to do. Returns one of:
 
     'none'    green is the active model, running, nothing changed
     'start'   green is the active model but its unit is not running
     'restart' green is the active model and its unit or files changed
+    'update'  green is the active model, running another revision: blue/green on one unit
     'switch'  another model (or none) is active: blue/green cutover
     """
     active = record.get("active")
     if active and active.get("model") == green["model"]:
         running = (green_state or {}).get("ActiveState") == "active"
-        if restart and running:
-            return "restart"
         if not running:
             return "start"
+        if revision_changed(green, link_now):
+            return "update"
+        if restart:
+            return "restart"
         return "none"
     return "switch"
+
+
+def label(svc):
+    """A model's name, with its revision when it has one (`tiny_gqa@1a2b3c4d5e6f`)."""
+    rev = svc.get("revision") or ""
+    return f"{svc['model']}@{rev[:12]}" if rev else svc["model"]
 
 
 @contextlib.contextmanager
@@ -189,7 +227,18 @@ class Cutover:
         finally:
             self.phases[name] = round(self.phases.get(name, 0) + self.host.clock() - start, 2)
 
+    def _prepare(self, svc):
+        """Point the unit's model link at the revision `svc` serves (a no-op when it does)."""
+        if not (svc.get("model_link") and svc.get("model_dir")):
+            return
+        try:
+            point_link(svc["model_link"], svc["model_dir"])
+        except OSError as exc:
+            raise CutoverError(f"cannot point {svc['model_link']} at {svc['model_dir']} for "
+                               f"{label(svc)}: {exc}") from None
+
     def _start_and_gate(self, svc, verb="start", role="green"):
+        self._prepare(svc)
         try:
             return self.gate.start(svc, verb, role=role, wall=self.host.wall)
         except UnitError as exc:
@@ -242,7 +291,7 @@ class Cutover:
         if state.get("LoadState") != "loaded":
             raise CutoverError(f"green unit {self.green['unit']} is not installed "
                                f"(LoadState={state.get('LoadState')})")
-        if blue and blue.get("port") == self.green.get("port"):
+        if blue and blue.get("port") == self.green.get("port") and not self._same_unit(blue):
             raise CutoverError(
                 f"{self.green['model']} and the active {blue['model']} both want port "
                 f"{self.green.get('port')}: give each catalog entry its own port")
@@ -282,9 +331,17 @@ class Cutover:
             return False
 
     # -- the switch --------------------------------------------------------
+    def _same_unit(self, blue):
+        """A revision update: blue and green are one unit, on two revisions."""
+        return bool(blue) and blue.get("unit") == self.green["unit"]
+
     def describe(self, record):
         state = self._show(self.green["unit"])
-        action = plan(record, self.green, self.settings.restart, state)
+        link_now = link_target(self.green["model_link"]) if self.green.get("model_link") else None
+        action = plan(record, self.green, self.settings.restart, state, link_now)
+        if action == "update" and not link_now:
+            # A unit from before revision folders (no link yet): no revision to go back to.
+            action = "restart"
         active = record.get("active")
         if action == "none" and not records.same_deployment(active, self.green):
             action = "record"
@@ -298,7 +355,12 @@ class Cutover:
         """Carry the switch out (or only report it in check mode). Returns the result dict."""
         action, state = self.describe(record)
         blue = record.get("active")
-        if blue and blue.get("model") == self.green["model"]:
+        if action == "update":
+            # The same unit on another revision: blue is the revision its link points at now,
+            # and only a sequential switch fits (one unit, one port).
+            blue = dict(blue, model_dir=link_target(self.green["model_link"]))
+            self.strategy = "sequential"
+        elif blue and blue.get("model") == self.green["model"]:
             blue = None
         self.strategy = resolve_strategy(self.strategy, blue, self.green)
         result = {
@@ -308,6 +370,8 @@ class Cutover:
             "active_after": self.green["model"],
             "blue": blue["model"] if blue else None,
             "green": self.green["model"],
+            "revision_before": (record.get("active") or {}).get("revision"),
+            "revision_after": self.green.get("revision"),
             "changed": action != "none",
             "rolled_back": False,
             "phases": self.phases,
@@ -348,7 +412,7 @@ class Cutover:
             return result
         if action in ("start", "restart"):
             return self._start_active(record, action, result)
-        return self._switch(record, blue, result, state)
+        return self._switch(record, blue, result, state)  # switch, update
 
     def _gate_active(self, result, phase, verb, failed):
         """(Re)start the active model through the gate and point the front door at it.
@@ -410,12 +474,15 @@ class Cutover:
         return outcome
 
     def _switch(self, record, blue, result, state):
+        same = self._same_unit(blue)
+        gname = label(self.green) if same else self.green["model"]
+        bname = (label(blue) if same else blue["model"]) if blue else None
         try:
             self._timed("preflight", self._preflight, blue)
         except CutoverError as exc:
-            serving = f"{blue['model']} is still serving." if blue else "No model was serving."
+            serving = f"{bname} is still serving." if blue else "No model was serving."
             result["active_after"] = result["active_before"]
-            raise CutoverError(f"cutover to {self.green['model']} refused before any change: "
+            raise CutoverError(f"cutover to {gname} refused before any change: "
                                f"{exc.msg}. {serving}", **dict(exc.fields, **result)) from None
         blue_stopped = False
         down_since = None
@@ -433,7 +500,7 @@ class Cutover:
             gate = self._timed("start_green", self._start_and_gate, self.green)
             result["green_health"] = gate
             if not gate["ok"]:
-                raise CutoverError(f"green {self.green['model']} failed its health gate "  # noqa: TRY301
+                raise CutoverError(f"green {gname} failed its health gate "  # noqa: TRY301
                                    f"at {gate['stage']}: {gate['detail']}")
             result["time_to_healthy_s"] = gate["seconds"]
             self._point_green()
@@ -446,18 +513,18 @@ class Cutover:
             if down_since is not None:
                 result["downtime_s"] = round(self.host.clock() - down_since, 2)
             raise CutoverError(
-                f"cutover to {self.green['model']} failed: {msg}. "
-                + (f"Rolled back: {blue['model']} is serving again."
+                f"cutover to {gname} failed: {msg}. "
+                + (f"Rolled back: {bname} is serving again."
                    if blue and result.get("blue_health", {}).get("ok", True)
                    else "No previous model to roll back to."
                    if not blue else
-                   f"Rollback FAILED: {blue['model']} did not pass its health gate either "
+                   f"Rollback FAILED: {bname} did not pass its health gate either "
                    f"({result['blue_health']['detail']})."),
                 **result) from None
         result["downtime_s"] = (round(self.host.clock() - down_since, 2)
                                 if down_since is not None else 0.0)
         self._act("enable", self.green["unit"])
-        if blue:
+        if blue and not same:
             if not blue_stopped:
                 self._timed("drain_blue", self._drain, blue, result, "blue_drain")
                 self._timed("stop_blue", self._act, "stop", blue["unit"])
@@ -469,7 +536,8 @@ class Cutover:
     def _rollback(self, blue, blue_stopped, result):
         self.systemd.try_act("stop", self.green["unit"])
         self.systemd.try_act("reset-failed", self.green["unit"])
-        if blue and blue_stopped:
+        # A revision update stopped (or tried to stop) the one unit both use: start blue again.
+        if blue and (blue_stopped or self._same_unit(blue)):
             try:
                 result["blue_health"] = self._start_and_gate(blue, "start", "blue")
             except CutoverError as exc:

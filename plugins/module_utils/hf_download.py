@@ -23,7 +23,12 @@ transfer and the retry policy:
   ``reverify`` is set;
 - one lock per model directory (fcntl.flock): a second run waits for the
   first and then finds the files verified;
-- orphaned ``*.incomplete`` files of huggingface_hub are removed.
+- orphaned ``*.incomplete`` files of huggingface_hub are removed;
+- with ``snapshots=True`` each commit gets its own folder,
+  ``<local_dir>/snapshots/<commit sha>/`` (the Hub cache's idea), so the files
+  of two revisions never mix: a file the new commit shares with a verified
+  older one (same hash and size, from another snapshot's manifest or from the
+  flat layout of earlier versions) is hard-linked instead of fetched again.
 
 Runs on the target under a virtualenv interpreter that has huggingface_hub;
 the import is lazy so the module can fail with a clear message without it.
@@ -52,6 +57,7 @@ PARTIAL_DIR = os.path.join(STATE_DIR, "partial")
 LOCK_NAME = os.path.join(STATE_DIR, "lock")
 CHUNK = 1024 * 1024
 MANIFEST_VERSION = 1
+SNAPSHOTS_DIR = "snapshots"
 _SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 _CONTENT_RANGE_RE = re.compile(r"^bytes\s+(\d+)-(\d+)/(\d+)$")
 
@@ -199,6 +205,34 @@ def find_orphans(local_dir, hf_cache_repo_dir, wanted_partials):
             if path not in wanted_partials:
                 found.append(path)
     return sorted(found)
+
+
+def snapshot_dir(base_dir, sha):
+    """The folder of one commit's files under a repo's base folder."""
+    return os.path.join(base_dir, SNAPSHOTS_DIR, sha)
+
+
+def verified_copies(base_dir, exclude_dir):
+    """{(hash, size): path} of files another manifest under `base_dir` verified and that have
+    not changed since: the flat layout's manifest (earlier versions) and each snapshot's."""
+    dirs = [base_dir]
+    snaps = os.path.join(base_dir, SNAPSHOTS_DIR)
+    with contextlib.suppress(OSError):
+        dirs.extend(os.path.join(snaps, d) for d in sorted(os.listdir(snaps)))
+    found = {}
+    for folder in dirs:
+        if os.path.abspath(folder) == os.path.abspath(exclude_dir):
+            continue
+        manifest = load_manifest(folder)
+        for path, entry in sorted((manifest.get("files") or {}).items()):
+            local = os.path.join(folder, path)
+            try:
+                st = os.stat(local)
+            except OSError:
+                continue
+            if st.st_size == entry.get("size") and st.st_mtime_ns == entry.get("mtime_ns"):
+                found.setdefault((entry.get("hash"), entry.get("size")), local)
+    return found
 
 
 def bytes_under(folder):
@@ -464,9 +498,14 @@ class HfDownloader(object):
         sleep=time.sleep,
         hub_venv=None,
         size_hint=None,
+        snapshots=False,
     ):
         self.repo_id = repo_id
         self.local_dir = os.path.abspath(local_dir)
+        # With snapshots, local_dir is the repo's base folder and the files of a commit go to
+        # base/snapshots/<sha> (set once the revision is resolved).
+        self.base_dir = self.local_dir
+        self.snapshots = snapshots
         self.revision = revision or "main"
         self.allow_patterns = allow_patterns or None
         self.ignore_patterns = ignore_patterns or None
@@ -788,7 +827,8 @@ class HfDownloader(object):
         still says whether the volume can hold the model, from the catalog's
         size instead of the Hub's file list, and says so.
         """
-        on_disk = bytes_under(self.local_dir)
+        # One folder per commit: the commit is not known yet, so nothing on disk counts.
+        on_disk = 0 if self.snapshots else bytes_under(self.local_dir)
         need = max(self.size_hint - on_disk, 0)
         return {
             "estimated": True,
@@ -800,8 +840,10 @@ class HfDownloader(object):
             "bytes_to_download": need,
             "bytes_on_disk": on_disk,
             "files_to_fetch": [],
+            "files_to_reuse": [],
             "files_mismatched": [],
             "orphans_removed": [],
+            "model_dir": None,
             "disk": disk_space.check(self.local_dir, need, self.margin_bytes),
             "changed": True,
             "bytes_downloaded": 0,
@@ -823,6 +865,7 @@ class HfDownloader(object):
 
     def _run_locked(self, t0, waited):  # noqa: C901, PLR0915
         sha, remote = self.resolve()
+        self._enter_snapshot(sha)
         manifest = load_manifest(self.local_dir)
         trusted, to_hash, to_fetch = self._classify_local(sha, remote, manifest)
         wanted_partials = {partial_path(self.local_dir, rf) for rf in remote}
@@ -837,6 +880,11 @@ class HfDownloader(object):
         mismatched = [rf for rf in to_hash if actual[rf.path] != rf.expected]
         verified = trusted + [rf for rf in to_hash if actual[rf.path] == rf.expected]
         to_fetch = to_fetch + mismatched
+        # Files another verified revision already holds are hard-linked, not fetched.
+        copies = verified_copies(self.base_dir, self.local_dir) if self.snapshots else {}
+        reuse = [(rf, copies[(rf.expected, rf.size)]) for rf in to_fetch
+                 if (rf.expected, rf.size) in copies]
+        to_fetch = [rf for rf in to_fetch if (rf.expected, rf.size) not in copies]
         partial_bytes = sum(
             min(file_size(partial_path(self.local_dir, rf)), rf.size) for rf in to_fetch
         )
@@ -853,13 +901,16 @@ class HfDownloader(object):
             "bytes_partial": partial_bytes,
             "bytes_verified_before": sum(rf.size for rf in verified),
             "files_to_fetch": sorted(rf.path for rf in to_fetch),
+            "files_to_reuse": sorted(rf.path for rf, _src in reuse),
+            "bytes_reused": sum(rf.size for rf, _src in reuse),
             "files_mismatched": sorted(rf.path for rf in mismatched),
             "orphans_removed": orphans,
+            "model_dir": self.local_dir,
             "manifest": manifest_path(self.local_dir),
             "disk": disk,
             "lock_waited_seconds": round(waited, 3),
         }
-        changed = bool(to_fetch or orphans)
+        changed = bool(to_fetch or orphans or reuse)
         result["diff"] = {
             "before": {
                 "revision": manifest.get("revision"),
@@ -886,6 +937,7 @@ class HfDownloader(object):
         for rf in mismatched:  # a wrong file must never stay where vLLM would load it
             with contextlib.suppress(OSError):
                 os.remove(os.path.join(self.local_dir, rf.path))
+        self._link_all(reuse, verified, to_fetch)
 
         progress = Progress(
             self.progress_file,
@@ -962,6 +1014,33 @@ class HfDownloader(object):
             seconds=round(time.monotonic() - t0, 3),
         )
         return result
+
+    def _enter_snapshot(self, sha):
+        """With snapshots, the files of `sha` go to their own folder under the base folder."""
+        if self.snapshots:
+            self.local_dir = snapshot_dir(self.base_dir, sha)
+            if not self.check_mode:
+                os.makedirs(self.local_dir, exist_ok=True)
+
+    def _link_all(self, reuse, verified, to_fetch):
+        """Link each reusable file; one that cannot be linked is fetched after all."""
+        for rf, src in reuse:
+            if self._link(src, rf):
+                verified.append(rf)
+            else:  # no hard link here (another filesystem, a refusal)
+                to_fetch.append(rf)
+
+    def _link(self, src, rf):
+        """Hard-link a verified copy of `rf` from another revision's folder into this one."""
+        dst = os.path.join(self.local_dir, rf.path)
+        try:
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(dst)
+            os.link(src, dst)
+        except OSError:
+            return False
+        return True
 
     def _final_check(self, remote):
         """Never report ok with a missing or short file (another writer may have changed one)."""

@@ -46,9 +46,24 @@ options:
     type: str
     default: main
   local_dir:
-    description: Directory the files land in (created if missing).
+    description:
+      - Directory the files land in (created if missing).
+      - With O(snapshots=true), the repo's base folder; the files of the resolved commit land in
+        C(<local_dir>/snapshots/<commit sha>/) (RV(model_dir)).
     type: path
     required: true
+  snapshots:
+    description:
+      - One folder per commit, C(<local_dir>/snapshots/<commit sha>/), so the files of two
+        revisions never mix (a loader following an index file cannot pick up another
+        revision's shards). Earlier commits' folders are left as they are (see
+        M(vllm_fleet.fleet.model_revisions) for retention).
+      - A file the new commit shares with a verified file of another commit under O(local_dir)
+        (same hash and size, per that folder's manifest and unchanged since) is hard-linked,
+        not fetched again; files of the flat layout (O(snapshots=false)) count too, so moving
+        to this layout costs no download.
+    type: bool
+    default: false
   allow_patterns:
     description: Glob patterns of files to fetch (huggingface_hub semantics). All files if unset.
     type: list
@@ -126,6 +141,7 @@ EXAMPLES = r"""
     hub_venv: /opt/vllm-fleet/tools
     hf_home: /srv/models/.hf
     allow_patterns: ["*.json", "*.safetensors", "*.py", "tokenizer*"]
+    snapshots: true
     progress_file: /run/vllm-fleet/download-minimax.json
   async: 86400
   poll: 30
@@ -146,7 +162,7 @@ estimated:
   type: bool
   returned: success
 changed:
-  description: True only when bytes were fetched, files replaced or orphans removed.
+  description: True only when bytes were fetched, files replaced or linked, or orphans removed.
   type: bool
   returned: always
 revision:
@@ -175,6 +191,22 @@ files_to_fetch:
   type: list
   elements: str
   returned: success
+files_to_reuse:
+  description: Files hard-linked (in check mode, to be linked) from another verified commit's
+    folder instead of fetched (O(snapshots=true) only).
+  type: list
+  elements: str
+  returned: success
+bytes_reused:
+  description: Bytes of RV(files_to_reuse), in bytes (not downloaded, no new disk space).
+  type: int
+  returned: success
+model_dir:
+  description: Folder holding the resolved commit's files (O(local_dir) itself without
+    O(snapshots)); null when the revision could not be resolved (RV(estimated)).
+  type: str
+  returned: success
+  sample: /srv/models/MiniMaxAI/MiniMax-M2.5/snapshots/2f3c8a1e5b7d9c0a4e6f8b1d3c5a7e9f0b2d4c6a
 files_mismatched:
   description: Local files whose hash did not match and were replaced.
   type: list
@@ -231,6 +263,7 @@ def main():
             "margin_bytes": {"type": "int", "default": 1073741824},
             "hub_venv": {"type": "path"},
             "size_hint_bytes": {"type": "int"},
+            "snapshots": {"type": "bool", "default": False},
         },
         mutually_exclusive=[("token", "token_file")],
         supports_check_mode=True,
@@ -258,6 +291,7 @@ def main():
             check_mode=module.check_mode,
             hub_venv=p["hub_venv"],
             size_hint=p["size_hint_bytes"],
+            snapshots=p["snapshots"],
         )
         result = downloader.run()
     except DownloadError as e:

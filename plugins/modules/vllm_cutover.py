@@ -61,6 +61,20 @@ options:
     description: Seconds green may take to pass its health gate (Kimi-K2.5 class models need 45 min or more).
     type: int
     default: 900
+  model_dir:
+    description:
+      - Folder of the revision green serves (hf_download's RV(vllm_fleet.fleet.hf_download#module:model_dir),
+        one folder per commit). With O(model_link), the unit reads the model through that link,
+        and the switch points it here right before green starts.
+      - When green is the active model and its link points at another folder, the run is a
+        revision update (RV(action=update)), a sequential blue/green on the one unit (drain,
+        stop, point the link at the new revision, start and gate); on a failed gate the link
+        goes back to the old revision, which is started and gated again.
+    type: path
+  model_link:
+    description: Host-local symlink the unit's C(--model) names (for example
+      C(/var/lib/vllm-fleet/models/<model>)); written atomically by the switch only.
+    type: path
   startup_stall:
     description:
       - Seconds green's journal may stay silent while it starts (no new line from the unit)
@@ -215,7 +229,16 @@ action:
   description:
     - What was (or in check mode would be) done - none, record, frontdoor (only the front door
       re-pointed at the running active model), heal (the running active model failed its
-      health probe and was restarted through the gate), start, restart or switch.
+      health probe and was restarted through the gate), start, restart, update (the active
+      model moved to another revision, blue/green on its unit) or switch.
+  returned: always
+  type: str
+revision_before:
+  description: The active model's recorded revision before the run (commit sha; null when none).
+  returned: always
+  type: str
+revision_after:
+  description: The revision green serves (the O(record)'s C(revision)).
   returned: always
   type: str
 active_before:
@@ -312,6 +335,8 @@ def main():
             "port": {"type": "int", "required": True},
             "startup_timeout": {"type": "int", "default": 900},
             "startup_stall": {"type": "int", "default": 600},
+            "model_dir": {"type": "path"},
+            "model_link": {"type": "path"},
             "strategy": {"type": "str", "choices": ["sequential", "parallel", "auto"],
                          "default": "sequential"},
             "gpus": {"type": "list", "elements": "int", "default": []},
@@ -355,6 +380,9 @@ def main():
         "served_model_name": p["served_model_name"], "startup_timeout_s": p["startup_timeout"],
         "startup_stall_s": p["startup_stall"], "gpus": p["gpus"],
     })
+    for key in ("model_dir", "model_link"):
+        if p[key]:
+            green[key] = p[key]
 
     def run_command(argv):
         if argv and argv[0] in binaries:

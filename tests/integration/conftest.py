@@ -22,13 +22,44 @@ import hub_server  # noqa: E402
 
 MiB = 1024 * 1024
 
+# Extra revisions, written as complete trees under <repo>/.revisions/<label>/ (see the
+# server's "Revisions:"): {repo_id: {label: {path: bytes length or text}}}. org/revs's main
+# tree is sharded; its v2 is one file (a re-upload that changed the layout). A later test
+# of the downloader depends on this exact shape.
+REVISIONS = {
+    "org/revs": {
+        "v2": {
+            "model.safetensors": 3 * MiB + 7,
+            "config.json": json.dumps({"architectures": ["LlamaForCausalLM"], "revision": "v2"}),
+        },
+        # A dot name is no label: a tree being built, renamed into place when complete.
+        ".v3.tmp": {"config.json": json.dumps({"revision": "v3"})},
+    },
+    "org/gated": {"v2": {"config.json": json.dumps({"gated": True, "revision": "v2"})}},
+}
+
 
 def _random_bytes(rng: random.Random, n: int) -> bytes:
     return rng.randbytes(n)
 
 
+def _write_tree(top: Path, files: dict, rng: random.Random) -> dict:
+    """Write {path: bytes length (random bytes) or text} under top; return {path: size}."""
+    sizes = {}
+    for rel, content in files.items():
+        path = top / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = _random_bytes(rng, content) if isinstance(content, int) else content.encode()
+        path.write_bytes(data)
+        sizes[rel] = len(data)
+    return sizes
+
+
 def build_repos(root: Path) -> dict:
-    """Write the test repos under root; return {repo_id: {path: bytes length}}."""
+    """Write the test repos under root; return {repo_id: {path: bytes length}} of main trees.
+
+    The extra revisions in REVISIONS are written too (their sizes: Hub.revision_sizes).
+    """
     rng = random.Random(4)  # noqa: S311 - reproducible test data, not crypto
     layout = {
         "org/small": {
@@ -48,16 +79,27 @@ def build_repos(root: Path) -> dict:
             "config.json": json.dumps({"gated": True}),
             "model.safetensors": 1 * MiB,
         },
+        "org/revs": {
+            "model-00001-of-00002.safetensors": 1 * MiB + 5,
+            "model-00002-of-00002.safetensors": 512 * 1024,
+            "model.safetensors.index.json": json.dumps(
+                {
+                    "metadata": {"total_size": 1 * MiB + 5 + 512 * 1024},
+                    "weight_map": {
+                        "a.weight": "model-00001-of-00002.safetensors",
+                        "b.weight": "model-00002-of-00002.safetensors",
+                    },
+                }
+            ),
+            "config.json": json.dumps({"architectures": ["LlamaForCausalLM"], "revision": "main"}),
+        },
     }
     sizes = {}
     for repo_id, files in layout.items():
-        sizes[repo_id] = {}
-        for rel, content in files.items():
-            path = root / repo_id / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            data = _random_bytes(rng, content) if isinstance(content, int) else content.encode()
-            path.write_bytes(data)
-            sizes[repo_id][rel] = len(data)
+        sizes[repo_id] = _write_tree(root / repo_id, files, rng)
+    for repo_id, trees in REVISIONS.items():
+        for label, files in trees.items():
+            _write_tree(root / repo_id / ".revisions" / label, files, rng)
     (root / "org/small/.tags").write_text("v1.0\n")
     (root / "org/gated/.gated").write_text("")
     return sizes
@@ -71,6 +113,17 @@ class Hub:
         self.url = url
         self.root = root
         self.sizes = sizes
+        # {repo_id: {label: {path: bytes length}}} of the trees under <repo>/.revisions/
+        self.revision_sizes = {
+            repo_id: {
+                label: {
+                    rel: content if isinstance(content, int) else len(content.encode())
+                    for rel, content in files.items()
+                }
+                for label, files in trees.items()
+            }
+            for repo_id, trees in REVISIONS.items()
+        }
 
     def faults(self, **cfg) -> None:
         self.server.faults.update(cfg)

@@ -11,6 +11,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -110,6 +111,161 @@ def test_gated_repo_with_token_downloads(hub, tmp_path):
         token="hf_test",  # noqa: S106 - the lab server accepts any token
     )
     assert json.loads(open(path).read()) == {"gated": True}  # noqa: SIM115
+
+
+REVS = "org/revs"
+REVS_MAIN = {
+    "model-00001-of-00002.safetensors",
+    "model-00002-of-00002.safetensors",
+    "model.safetensors.index.json",
+    "config.json",
+}
+
+
+def _tree_sha(top) -> str:
+    """The commit sha of a folder's files outside .revisions/, worked out here from the bytes:
+    sha1 over the sorted "path NUL oid LF" lines, oid = the file's git blob id, or for
+    *.safetensors and files of 1 MiB or more the blob id of its LFS pointer."""
+    lines = []
+    for f in top.rglob("*"):
+        rel = f.relative_to(top)
+        if not f.is_file() or ".revisions" in rel.parts:
+            continue
+        data = f.read_bytes()
+        if f.name.endswith(".safetensors") or len(data) >= 1024 * 1024:
+            digest = hashlib.sha256(data).hexdigest()
+            spec = "https://git-lfs.github.com/spec/v1"
+            data = f"version {spec}\noid sha256:{digest}\nsize {len(data)}\n".encode()
+        oid = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()  # noqa: S324
+        lines.append(f"{rel.as_posix()}\0{oid}\n")
+    return hashlib.sha1("".join(sorted(lines)).encode()).hexdigest()  # noqa: S324
+
+
+def _files_under(top) -> dict:
+    """{path: bytes} of a downloaded folder, without huggingface_hub's own .cache/."""
+    return {
+        p.relative_to(top).as_posix(): p.read_bytes()
+        for p in top.rglob("*")
+        if p.is_file() and ".cache" not in p.relative_to(top).parts
+    }
+
+
+def test_revision_label_and_its_sha_name_the_revision_tree(hub):
+    api = HfApi(endpoint=hub.url)
+    v2_dir = hub.root / REVS / ".revisions" / "v2"
+    v2_sha = _tree_sha(v2_dir)
+    main = api.model_info(REVS, files_metadata=True)
+    v2 = api.model_info(REVS, revision="v2", files_metadata=True)
+    assert v2.sha == v2_sha
+    assert main.sha != v2_sha
+    assert main.sha == _tree_sha(hub.root / REVS)  # .revisions/ is no part of main
+    by_sha = api.model_info(REVS, revision=v2_sha, files_metadata=True)
+    assert by_sha.sha == v2_sha
+    for info in (v2, by_sha):
+        sibs = {s.rfilename: s for s in info.siblings}
+        assert set(sibs) == {"model.safetensors", "config.json"}
+        assert sibs["model.safetensors"].size == 3 * 1024 * 1024 + 7
+        assert sibs["model.safetensors"].lfs.sha256 == _sha256(v2_dir / "model.safetensors")
+        assert sibs["config.json"].size == hub.revision_sizes[REVS]["v2"]["config.json"]
+    # main is untouched by .revisions/: its 4 files, its own sha
+    assert {s.rfilename for s in main.siblings} == REVS_MAIN
+    assert {e.path for e in api.list_repo_tree(REVS, recursive=True)} == REVS_MAIN
+    assert api.model_info(REVS, revision=main.sha).sha == main.sha
+
+
+def test_revision_tree_and_paths_info_list_its_files(hub):
+    api = HfApi(endpoint=hub.url)
+    tree = {e.path: e for e in api.list_repo_tree(REVS, revision="v2", recursive=True)}
+    assert set(tree) == {"model.safetensors", "config.json"}
+    assert tree["model.safetensors"].size == 3 * 1024 * 1024 + 7
+    info = api.get_paths_info(
+        REVS, ["model.safetensors", "model.safetensors.index.json"], revision="v2"
+    )
+    assert [e.path for e in info] == ["model.safetensors"]
+    info = api.get_paths_info(REVS, ["model.safetensors", "config.json"])
+    assert [e.path for e in info] == ["config.json"]
+
+
+def test_snapshot_download_of_a_revision_gets_exactly_its_files(hub, tmp_path):
+    v2_dir = hub.root / REVS / ".revisions" / "v2"
+    local = tmp_path / "v2"
+    snapshot_download(
+        REVS, revision="v2", local_dir=local, endpoint=hub.url, cache_dir=tmp_path / "c"
+    )
+    assert _files_under(local) == _files_under(v2_dir)
+    assert set(_files_under(local)) == {"model.safetensors", "config.json"}
+    assert json.loads((local / "config.json").read_text())["revision"] == "v2"
+    # and in cache mode, where the client pins the revision to the sha it was told
+    snap = snapshot_download(REVS, revision="v2", endpoint=hub.url, cache_dir=tmp_path / "cc")
+    assert _files_under(Path(snap)) == _files_under(v2_dir)
+    assert Path(snap).name == _tree_sha(v2_dir)
+    local_main = tmp_path / "main"
+    snapshot_download(REVS, local_dir=local_main, endpoint=hub.url, cache_dir=tmp_path / "c")
+    assert set(_files_under(local_main)) == REVS_MAIN
+    assert json.loads((local_main / "config.json").read_text())["revision"] == "main"
+
+
+def test_hf_hub_download_picks_the_revisions_file(hub, tmp_path):
+    with pytest.raises(RemoteEntryNotFoundError):
+        hf_hub_download(REVS, "model.safetensors", endpoint=hub.url, cache_dir=tmp_path)
+    path = hf_hub_download(
+        REVS, "model.safetensors", revision="v2", endpoint=hub.url, cache_dir=tmp_path
+    )
+    v2_file = hub.root / REVS / ".revisions" / "v2" / "model.safetensors"
+    assert _sha256(Path(path)) == _sha256(v2_file)
+    with pytest.raises(RemoteEntryNotFoundError):
+        hf_hub_download(
+            REVS, "model-00001-of-00002.safetensors", revision="v2",
+            endpoint=hub.url, cache_dir=tmp_path,
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize("rev", ["v3", ".v3.tmp", "v1.0", "0" * 40, ".revisions"])
+def test_unknown_revision_is_not_found(hub, tmp_path, rev):
+    api = HfApi(endpoint=hub.url)
+    with pytest.raises(RevisionNotFoundError):
+        api.model_info(REVS, revision=rev)
+    with pytest.raises(RevisionNotFoundError):
+        hf_hub_download(REVS, "config.json", revision=rev, endpoint=hub.url, cache_dir=tmp_path)
+
+
+def test_revision_resolve_headers_range_and_fault_globs(hub):
+    v2_dir = hub.root / REVS / ".revisions" / "v2"
+    full = (v2_dir / "model.safetensors").read_bytes()
+    url = hub.url + f"/{REVS}/resolve/v2/model.safetensors"
+    status, headers, body = _get(url, {"Range": "bytes=10-19"})
+    assert (status, body) == (206, full[10:20])
+    assert headers["Content-Range"] == f"bytes 10-19/{len(full)}"
+    assert headers["X-Repo-Commit"] == _tree_sha(v2_dir)
+    assert headers["ETag"] == f'"{hashlib.sha256(full).hexdigest()}"'
+    main_cfg = _get(hub.url + f"/{REVS}/resolve/main/config.json")
+    v2_cfg = _get(hub.url + f"/{REVS}/resolve/{_tree_sha(v2_dir)}/config.json")
+    assert main_cfg[1]["X-Repo-Commit"] != v2_cfg[1]["X-Repo-Commit"]
+    assert json.loads(main_cfg[2])["revision"] == "main"
+    assert json.loads(v2_cfg[2])["revision"] == "v2"
+    assert main_cfg[1]["ETag"] != v2_cfg[1]["ETag"]
+    hub.faults(fail_file={f"{REVS}/model.safetensors": {"count": 1, "status": 503}})
+    with pytest.raises(urllib.error.HTTPError) as exc:
+        _get(url)
+    assert exc.value.code == 503
+    assert _get(url)[2] == full
+    assert hub.stats()["bytes_sent"][f"{REVS}/model.safetensors"] == 10 + len(full)
+
+
+def test_gated_applies_to_every_revision(hub, tmp_path):
+    with pytest.raises(GatedRepoError):
+        hf_hub_download(
+            "org/gated", "config.json", revision="v2", endpoint=hub.url, cache_dir=tmp_path
+        )
+    path = hf_hub_download(
+        "org/gated",
+        "config.json",
+        revision="v2",
+        endpoint=hub.url,
+        cache_dir=tmp_path,
+        token="hf_test",  # noqa: S106 - the lab server accepts any token
+    )
+    assert json.loads(Path(path).read_text()) == {"gated": True, "revision": "v2"}
 
 
 def _get(url, headers=None):

@@ -135,6 +135,7 @@ def test_first_deploy_starts_green_alone_and_writes_the_record(tmp_path, port):
         "green_health": {"ok": True, "seconds": 6.0, "stage": "ok",
                          "detail": "4 completion tokens: ' world'", "attempts": 4},
         "time_to_healthy_s": 6.0, "state": "inactive", "downtime_s": 0.0,
+        "revision_before": None, "revision_after": "a" * 40,
     }
     assert world.host.state_calls() == [("reset-failed", G), ("start", G), ("enable", G)]
     assert world.host.units[G].enabled is True
