@@ -38,8 +38,10 @@ options:
 attributes:
   check_mode:
     support: full
+    description: Lists what it would remove and removes nothing.
   diff_mode:
     support: full
+    description: The commits on disk before and after.
 """
 
 EXAMPLES = r"""

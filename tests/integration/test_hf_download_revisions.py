@@ -88,7 +88,7 @@ def test_files_of_the_flat_layout_are_linked_not_fetched_again(hub, download, tm
     """A host deployed by an earlier version holds the files flat in the repo folder: moving to
     one folder per commit hard-links them (no byte fetched, no new disk space)."""
     base = tmp_path / "flat"
-    main_sha, _ = shas(hub)
+    main_sha = shas(hub)[0]
     download(REPO, base, revision="main")  # the flat layout
     hub.reset()
     plan = download(REPO, base, revision="main", snapshots=True, check_mode=True)

@@ -88,7 +88,7 @@ def test_a_file_hard_linked_into_a_kept_revision_frees_nothing(base):
 
 def test_the_flat_layout_of_earlier_versions_is_one_revision(base):
     write_revision(base, "f" * 40, {"model.safetensors": b"F" * 50, "nested/x.json": b"1"}, 50.0)
-    revisions, _ = list_revisions(str(base))
+    revisions = list_revisions(str(base))[0]
     assert [(r["commit"][0], r["layout"]) for r in revisions][-1] == ("f", "flat")
     prune(str(base), keep=3, protect=[])
     assert sorted(os.listdir(base)) == ["snapshots"]  # its files, folder and manifest only
