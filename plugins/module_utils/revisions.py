@@ -84,14 +84,20 @@ def list_revisions(base_dir):
 
 
 def plan_prune(revisions, keep, protect):
-    """(kept, removed): the protected commits and the `keep` newest stay, the rest goes."""
+    """(kept, removed): the protected commits stay, and the newest others while fewer than
+    `keep` are kept in all; the rest goes."""
     if keep < 1:
         raise RevisionsError("keep must be at least 1 (the serving revision), got %d" % keep)
     protect = {c for c in protect or [] if c}
+    # The protected ones take their slots first; the newest of the others fill what is left.
+    slots = keep - sum(1 for rev in revisions if rev["commit"] in protect)
     kept, removed = [], []
     for rev in revisions:  # newest first
-        if rev["commit"] in protect or len(kept) < keep:
+        if rev["commit"] in protect:
             kept.append(rev)
+        elif slots > 0:
+            kept.append(rev)
+            slots -= 1
         else:
             removed.append(rev)
     return kept, removed

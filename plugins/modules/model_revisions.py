@@ -14,8 +14,8 @@ version_added: "0.3.0"
 description:
   - Lists the revisions M(vllm_fleet.fleet.hf_download) verified under O(base_dir)
     (C(snapshots/<commit>/) folders, and the flat layout of earlier versions), newest first.
-  - Keeps the O(keep) most recently verified ones and every commit in O(protect) (the serving
-    revision and the one a rollback returns to), and removes the others.
+  - Keeps every commit in O(protect) (the serving revision and the one a rollback returns to),
+    then the most recently verified others until O(keep) revisions stay, and removes the rest.
   - Removes only what the tool wrote, file by file from each revision's manifest, then the
     folders left empty. A folder without a manifest (a download in progress, files somebody
     else put there) is reported in RV(unmanaged) and never touched.

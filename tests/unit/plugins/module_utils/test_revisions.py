@@ -63,6 +63,14 @@ def test_a_protected_revision_stays_beyond_keep(base):
     assert not (base / "snapshots" / ("b" * 40)).exists()  # sub/ went with it
 
 
+def test_protected_revisions_count_towards_keep(base):
+    """The serving revision (c) and the rollback target (a) fill keep=2: the newer failed
+    attempt (b) goes, although it is younger than the rollback target."""
+    result = prune(str(base), keep=2, protect=["c" * 40, "a" * 40])
+    assert [r["commit"][0] for r in result["removed"]] == ["b"]
+    assert sorted(os.listdir(base / "snapshots")) == ["a" * 40, "c" * 40]
+
+
 def test_check_mode_removes_nothing(base):
     result = prune(str(base), keep=1, protect=[], check_mode=True)
     assert len(result["removed"]) == 2
