@@ -49,20 +49,22 @@ else
   echo "present"
 fi
 
-step "Debian packages the tests run for real (nginx: the front door keep-alive test; shellcheck: sanity)"
-if ! command -v shellcheck >/dev/null 2>&1 || { ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; }; then
-  # Installed, not started: the tests start their own nginx on a free port,
-  # and an nginx on this machine's port 80 would take the lab containers'
-  # (they share its network namespace). policy-rc.d keeps the package's
-  # scripts from starting it.
+step "Debian packages the tests run for real (nginx: the front door tests; haproxy: the balancer test; shellcheck: sanity)"
+has() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ]; }
+if ! has shellcheck || ! has nginx || ! has haproxy; then
+  # Installed, not started: the tests start their own nginx and haproxy on
+  # free ports, and an nginx on this machine's port 80 would take the lab
+  # containers' (they share its network namespace). policy-rc.d keeps the
+  # packages' scripts from starting them.
   policy=/usr/sbin/policy-rc.d
   made_policy=0
   if [ ! -e "$policy" ]; then printf '#!/bin/sh\nexit 101\n' >"$policy"; chmod 755 "$policy"; made_policy=1; fi
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nginx shellcheck >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nginx haproxy shellcheck >/dev/null
   [ "$made_policy" = 1 ] && rm -f "$policy"
 fi
 echo "nginx: $(/usr/sbin/nginx -v 2>&1)"
+echo "haproxy: $(/usr/sbin/haproxy -v 2>&1 | head -n 1)"
 
 step "Docker daemon"
 bash lab/docker-up.sh
