@@ -10,8 +10,10 @@ keeps a count of consecutive failures in a state file. After `failures` of
 them in a row it restarts the unit and says why on stdout (the journal).
 
 It never restarts:
-  - a unit a cutover is acting on (the cutover holds the switch marker; a
-    marker older than `marker_max_age_s` is stale, said so, and ignored);
+  - a unit a cutover is acting on: the cutover holds the host's switch lock
+    (an flock, switch_lock.py: it dies with its holder, so it is never stale),
+    and its switch marker (a marker older than `marker_max_age_s` is stale,
+    said so, and ignored);
   - a unit inside its startup window: up for less than the model's
     `startup_timeout_s` and not yet healthy once since it last started
     (systemd's InvocationID tells one start from the next);
@@ -36,8 +38,13 @@ try:
         check_once,
         urllib_request,
     )
-except ImportError:  # on the host: shipped beside health.py by the vllm_service role
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch_lock import (
+        describe,
+        in_progress,
+    )
+except ImportError:  # on the host: shipped beside health.py and switch_lock.py by vllm_service
     from health import check_once, urllib_request  # type: ignore[no-redef]
+    from switch_lock import describe, in_progress  # type: ignore[no-redef]
 
 OK, FAILED, SKIPPED, RESTARTED, IDLE = "ok", "failed", "skipped", "restarted", "idle"
 SHOW = ("LoadState", "ActiveState", "SubState", "InvocationID", "ActiveEnterTimestampMonotonic")
@@ -48,10 +55,11 @@ class Settings:
     """How the probe decides (the probe service's command line)."""
 
     def __init__(self, record, state_file, marker=None, failures=3, marker_max_age_s=7200.0,
-                 timeout_s=30.0, smoke_prompt="Hello"):
+                 timeout_s=30.0, smoke_prompt="Hello", lock=None):
         self.record = record
         self.state_file = state_file
         self.marker = marker
+        self.lock = lock
         self.failures = max(1, int(failures))
         self.marker_max_age_s = float(marker_max_age_s)
         self.timeout_s = float(timeout_s)
@@ -90,6 +98,15 @@ def marker_check(path, now, max_age_s, stat=os.stat):
                       f"{held.get('model', '?')}, {age:.0f} s ago): not probing")
     return False, (f"ignoring the stale switch marker {path}: {age:.0f} s old, older than "
                    f"{max_age_s:.0f} s (a cutover that died?)")
+
+
+def switch_check(settings, now, stat=os.stat):
+    """(blocks, note): a switch in progress holds the probe off, by the host's switch lock
+    (never stale) or by the switch marker (unless stale)."""
+    holder = in_progress(settings.lock) if settings.lock else None
+    if holder is not None:
+        return True, f"{describe(holder)} holds {settings.lock}: not probing"
+    return marker_check(settings.marker, now, settings.marker_max_age_s, stat)
 
 
 def show(unit, run_command):
@@ -163,7 +180,7 @@ def decide(settings, record, state, *, run_command, request, wall, monotonic, st
     if state.get("unit") != unit:
         state = {"unit": unit, "failures": 0, "healthy_invocation": None}
     state = dict(state)
-    blocks, note = marker_check(settings.marker, wall(), settings.marker_max_age_s, stat)
+    blocks, note = switch_check(settings, wall(), stat)
     if blocks:
         return Outcome(SKIPPED, f"{unit}: {note}", dict(state, failures=0))
     notes = [note] if note else []
@@ -229,6 +246,7 @@ def main(argv=None):
     parser.add_argument("--record", required=True, help="the deployment record (JSON)")
     parser.add_argument("--state", required=True, help="where the failure count is kept")
     parser.add_argument("--marker", help="the cutover's switch marker")
+    parser.add_argument("--lock", help="the host's switch lock (an flock the cutover holds)")
     parser.add_argument("--marker-max-age", type=float, default=7200.0,
                         help="seconds after which a switch marker is stale")
     parser.add_argument("--failures", type=int, default=3,
@@ -238,7 +256,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     settings = Settings(args.record, args.state, marker=args.marker, failures=args.failures,
                         marker_max_age_s=args.marker_max_age, timeout_s=args.timeout,
-                        smoke_prompt=args.prompt)
+                        smoke_prompt=args.prompt, lock=args.lock)
     outcome = run(settings, run_command=subprocess_run)
     return 1 if outcome.verdict == FAILED and "systemctl restart failed" in outcome.message else 0
 

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import probe
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils import probe, switch_lock
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import HttpResult
 
 UNIT = "vllm-tiny_gqa.service"
@@ -165,6 +165,24 @@ def test_a_fresh_switch_marker_holds_the_probe_off(files):
     assert not [c for c in host.calls if c[:2] == ["systemctl", "show"]]
 
 
+def test_the_held_switch_lock_holds_the_probe_off_and_its_release_lets_it_probe(files, tmp_path):
+    """The cutover's flock (switch_lock.py) dies with its holder: while a switch holds it the
+    probe leaves the unit alone, whatever the marker says; once released, it probes again."""
+    lock = str(tmp_path / "cutover.lock")
+    host = Host(healthy=False)
+    with switch_lock.switch_lock(lock, "tiny_mla", 1, now=lambda: "2027-01-01T00:00:00"):
+        for _run in range(3):
+            outcome, said = run(files, host, failures=2, lock=lock)
+    assert outcome.verdict == "skipped"
+    assert said == (f"{UNIT}: the switch to tiny_mla (pid {os.getpid()}, since "
+                    f"2027-01-01T00:00:00) holds {lock}: not probing\n")
+    assert host.restarts() == []
+    run(files, host, failures=2, lock=lock)
+    outcome, said = run(files, host, failures=2, lock=lock)
+    assert outcome.verdict == "restarted"
+    assert len(host.restarts()) == 1
+
+
 def test_a_stale_switch_marker_does_not_block_forever(files):
     host = Host(healthy=False)
     Path(files["marker"]).write_text("{}")
@@ -226,12 +244,13 @@ def test_the_shipped_script_runs_alone_beside_health_py(files, tmp_path):
     root = Path(probe.__file__).parent
     folder = tmp_path / "lib"
     folder.mkdir()
-    for name in ("probe.py", "health.py"):
+    for name in ("probe.py", "health.py", "switch_lock.py"):
         (folder / name).write_text((root / name).read_text())
     Path(files["record"]).write_text(json.dumps({"active": None}))
     proc = subprocess.run(
         [sys.executable, "-S", str(folder / "probe.py"), "--record", files["record"],
-         "--state", files["state"], "--marker", files["marker"], "--marker-max-age", "7800",
+         "--state", files["state"], "--lock", str(tmp_path / "cutover.lock"),
+         "--marker", files["marker"], "--marker-max-age", "7800",
          "--failures", "2", "--timeout", "10"],
         capture_output=True, text=True, check=False, env={"PATH": os.environ["PATH"]})
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")

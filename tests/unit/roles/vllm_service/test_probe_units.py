@@ -37,6 +37,7 @@ def test_the_service_runs_the_probe_with_the_roles_settings():
         "/usr/bin/python3", "-E", "-s", "/usr/local/lib/vllm-fleet/probe/probe.py",
         "--record", "/etc/ansible/facts.d/vllm_fleet.fact",
         "--state", "/var/lib/vllm-fleet-probe/state.json",
+        "--lock", "/run/vllm-fleet/cutover.lock",
         "--marker", "/run/vllm-fleet/switching.json", "--marker-max-age", "7800",
         "--failures", "2", "--timeout", "10"]
     assert values["Type"] == "oneshot"
