@@ -28,6 +28,12 @@ case "${1:-status}" in
     setsid nohup "$py" lab/hub_server.py --root "$root" --host 127.0.0.1 --port "$port" \
       --pidfile "$pidfile" >"$log" 2>&1 < /dev/null &
     for _ in $(seq 1 50); do
+      # Our own server must be the one answering (another checkout's hub may hold the port).
+      if ! kill -0 $! 2>/dev/null; then
+        echo "lab hub: the server exited (is another lab hub on port $port? LAB_HUB_PORT picks another); log:" >&2
+        cat "$log" >&2
+        exit 1
+      fi
       if curl -fsS "http://127.0.0.1:$port/api/models/vllm-fleet-lab/tiny-gqa/revision/main" >/dev/null 2>&1; then
         echo "lab hub: serving $root on http://127.0.0.1:$port (pid $(cat "$pidfile"))"
         exit 0

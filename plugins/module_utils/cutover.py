@@ -545,6 +545,7 @@ class Cutover:
         restored = bool(blue) and result.get("blue_health", {}).get("ok", True)
         result["rolled_back"] = restored
         result["active_after"] = blue["model"] if restored else None
+        result["revision_after"] = blue.get("revision") if restored else None
         if self.frontdoor is not None:
             try:
                 if restored:

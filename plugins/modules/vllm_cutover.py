@@ -238,7 +238,8 @@ revision_before:
   returned: always
   type: str
 revision_after:
-  description: The revision green serves (the O(record)'s C(revision)).
+  description: The revision serving after the run (commit sha) - green's (the O(record)'s
+    C(revision)), or blue's after a rollback; null when nothing serves.
   returned: always
   type: str
 active_before:

@@ -114,7 +114,7 @@ def test_a_new_revision_that_fails_its_gate_leaves_the_old_revision_serving(tmp_
     assert exc.msg == (f"cutover to tiny@{NEW[:12]} failed: green tiny@{NEW[:12]} failed its "
                        f"health gate at process: {UNIT} failed (failed). Rolled back: "
                        f"tiny@{OLD[:12]} is serving again.")
-    assert exc.fields["rolled_back"] is True
+    assert (exc.fields["rolled_back"], exc.fields["revision_after"]) == (True, OLD)
     assert world.host.started_dirs == [NEW, OLD]  # the new revision, then the old one again
     assert world.target() == OLD
     assert world.host.units[UNIT].active_state == "active"
