@@ -243,9 +243,9 @@ def test_no_key_or_a_wrong_key_gets_401_in_openais_shape_and_never_reaches_a_hos
 def test_the_bodys_model_picks_the_pool_and_the_hosts_see_the_balancers_key(tmp_path, doors):
     with balancer(tmp_path, **settings(doors)) as bal:
         to_default = [call(bal.url, "/v1/chat/completions", KEY, chat("default"))
-                      for _ in range(6)]
+                      for _n in range(6)]
         to_kimi = [call(bal.url, "/v1/completions", OTHER, {"prompt": "hi", "model": "kimi"})
-                   for _ in range(3)]
+                   for _n in range(3)]
         models = call(bal.url, "/v1/models", KEY)
         log = (bal.folder / "haproxy.log").read_text()
     assert [a[0] for a in to_default + to_kimi] == [200] * 9
@@ -344,14 +344,14 @@ def test_active_checks_take_a_server_out_after_fall_and_back_after_rise(tmp_path
         down_s = time.monotonic() - start
         row = bal.runtime.stat("default", "a1")
         while_down = [call(bal.url, "/v1/chat/completions", KEY, chat("default"))
-                      for _ in range(6)]
+                      for _n in range(6)]
         passes_before = sum(1 for status, _a in a1.checks if status == 200)
         start = time.monotonic()
         a1.healthy = True
         wait_for(lambda: status_of(bal, "default", "a1") == "UP", "default/a1 UP")
         up_s = time.monotonic() - start
         passes = sum(1 for status, _a in a1.checks if status == 200) - passes_before
-        after = [call(bal.url, "/v1/chat/completions", KEY, chat("default")) for _ in range(6)]
+        after = [call(bal.url, "/v1/chat/completions", KEY, chat("default")) for _n in range(6)]
     print(f"\nchecks every {INTER_MS} ms: DOWN {down_s:.3f} s after /health failed "
           f"(fall {FALL}), UP {up_s:.3f} s after it passed again (rise {RISE})")
     # HAProxy counts failed checks only while a server is up: exactly `fall` of them.
@@ -372,7 +372,7 @@ def test_answers_that_fail_take_a_server_out_at_the_error_limit(tmp_path, doors)
     b1.failing = True
     with balancer(tmp_path, **settings(doors)) as bal:
         below = [call(bal.url, "/v1/completions", KEY, {"model": "kimi", "prompt": "hi"})
-                 for _ in range(ERROR_LIMIT - 1)]
+                 for _n in range(ERROR_LIMIT - 1)]
         row_below = bal.runtime.stat("kimi", "b1")
         at = call(bal.url, "/v1/completions", KEY, {"model": "kimi", "prompt": "hi"})
         row_at = bal.runtime.stat("kimi", "b1")
@@ -472,7 +472,7 @@ def playbook(tmp_path, bal, changes):
 
 
 def finish(proc, timeout=120):
-    out, _ = proc.communicate(timeout=timeout)
+    out = proc.communicate(timeout=timeout)[0]
     return proc.returncode, out
 
 
@@ -492,7 +492,7 @@ def test_a_drained_server_gets_no_new_request_and_finishes_the_one_in_flight(tmp
         drain = playbook(tmp_path, bal, [f"default/{busy.name}/drained"])
         wait_for(lambda: status_of(bal, "default", busy.name) == "DRAIN", "the server in DRAIN",
                  timeout=120)  # ansible-playbook's start
-        during = [call(bal.url, "/v1/chat/completions", KEY, chat("default")) for _ in range(6)]
+        during = [call(bal.url, "/v1/chat/completions", KEY, chat("default")) for _n in range(6)]
         row = bal.runtime.stat("default", busy.name)
         still_draining = drain.poll() is None
         busy.hold.set()
@@ -508,7 +508,7 @@ def test_a_drained_server_gets_no_new_request_and_finishes_the_one_in_flight(tmp
         # Out of maintenance HAProxy counts the server up at once ("UP 1/3"), fully after a check.
         wait_for(lambda: status_of(bal, "default", busy.name) == "UP", "the ready server UP")
         states = (status_of(bal, "default", busy.name), status_of(bal, "kimi", "b1"))
-        after = [call(bal.url, "/v1/chat/completions", KEY, chat("default")) for _ in range(6)]
+        after = [call(bal.url, "/v1/chat/completions", KEY, chat("default")) for _n in range(6)]
     assert drained_rc == 0, drained_out[-3000:]
     assert rc == 0, out[-3000:]
     assert still_draining  # the drain waited for the request in flight ...
