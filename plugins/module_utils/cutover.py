@@ -218,6 +218,7 @@ class Cutover:
                              smoke_prompt=self.settings.smoke_prompt, progress=progress,
                              journal_lines=self.settings.journal_lines)
         self.phases = {}
+        self.link_now = None  # where green's model link pointed when the run decided
 
     # -- pieces ------------------------------------------------------------
     def _timed(self, name, func, *args):
@@ -338,6 +339,8 @@ class Cutover:
     def describe(self, record):
         state = self._show(self.green["unit"])
         link_now = link_target(self.green["model_link"]) if self.green.get("model_link") else None
+        # The revision folder the unit serves now: blue's, when this is a revision update.
+        self.link_now = link_now
         action = plan(record, self.green, self.settings.restart, state, link_now)
         if action == "update" and not link_now:
             # A unit from before revision folders (no link yet): no revision to go back to.
@@ -358,7 +361,7 @@ class Cutover:
         if action == "update":
             # The same unit on another revision: blue is the revision its link points at now,
             # and only a sequential switch fits (one unit, one port).
-            blue = dict(blue, model_dir=link_target(self.green["model_link"]))
+            blue = dict(blue, model_dir=self.link_now)
             self.strategy = "sequential"
         elif blue and blue.get("model") == self.green["model"]:
             blue = None

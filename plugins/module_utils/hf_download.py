@@ -174,6 +174,15 @@ def partial_path(local_dir, rf):
     return os.path.join(local_dir, PARTIAL_DIR, "%s.%s.partial" % (rf.path, rf.expected[:16]))
 
 
+def unchanged_since(entry, local):
+    """Whether `local` still has the size and mtime a manifest entry recorded for it."""
+    try:
+        st = os.stat(local)
+    except OSError:
+        return False
+    return st.st_size == entry.get("size") and st.st_mtime_ns == entry.get("mtime_ns")
+
+
 def trusted_by_manifest(manifest, revision, rf, local):
     """A file the manifest verified earlier at this revision and that has not changed since."""
     entry = (manifest.get("files") or {}).get(rf.path)
@@ -181,11 +190,7 @@ def trusted_by_manifest(manifest, revision, rf, local):
         return False
     if entry.get("hash") != rf.expected or entry.get("size") != rf.size:
         return False
-    try:
-        st = os.stat(local)
-    except OSError:
-        return False
-    return st.st_size == rf.size and entry.get("mtime_ns") == st.st_mtime_ns
+    return unchanged_since(entry, local)
 
 
 def find_orphans(local_dir, hf_cache_repo_dir, wanted_partials):
@@ -226,11 +231,7 @@ def verified_copies(base_dir, exclude_dir):
         manifest = load_manifest(folder)
         for path, entry in sorted((manifest.get("files") or {}).items()):
             local = os.path.join(folder, path)
-            try:
-                st = os.stat(local)
-            except OSError:
-                continue
-            if st.st_size == entry.get("size") and st.st_mtime_ns == entry.get("mtime_ns"):
+            if unchanged_since(entry, local):
                 found.setdefault((entry.get("hash"), entry.get("size")), local)
     return found
 
@@ -881,7 +882,10 @@ class HfDownloader(object):
         verified = trusted + [rf for rf in to_hash if actual[rf.path] == rf.expected]
         to_fetch = to_fetch + mismatched
         # Files another verified revision already holds are hard-linked, not fetched.
-        copies = verified_copies(self.base_dir, self.local_dir) if self.snapshots else {}
+        # (Only when something is missing: a re-run with every file in place reads no other
+        # revision's manifest.)
+        copies = (verified_copies(self.base_dir, self.local_dir)
+                  if self.snapshots and to_fetch else {})
         reuse = [(rf, copies[(rf.expected, rf.size)]) for rf in to_fetch
                  if (rf.expected, rf.size) in copies]
         to_fetch = [rf for rf in to_fetch if (rf.expected, rf.size) not in copies]
