@@ -466,6 +466,8 @@ def playbook(tmp_path, bal, changes):
          "-e", f"ansible_python_interpreter={sys.executable}",
          "-e", f"vllm_balancer_socket={values['vllm_balancer_socket']}",
          "-e", f"vllm_balancer_stats_port={values['vllm_balancer_stats_port']}",
+         "-e", f"vllm_balancer_listen={values['vllm_balancer_listen']}",
+         "-e", f"vllm_balancer_port={values['vllm_balancer_port']}",
          "-e", "vllm_balancer_drain_poll_s=1", "-e", "vllm_balancer_drain_timeout_s=60",
          str(play)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
