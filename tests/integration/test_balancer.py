@@ -594,6 +594,32 @@ def test_a_roll_keeps_each_pools_minimum_and_finds_a_servers_pool_by_its_name(tm
     assert after_ready.startswith("UP")
 
 
+def test_a_roll_that_takes_out_no_server_up_passes_the_floor(tmp_path, doors):
+    """A first deployment: the pool's servers are all down (their front doors answer 503),
+    so the roll lowers nothing: the floor before the roll and the drain's check let it through
+    (test_a_roll_keeps_each_pools_minimum_... holds them where servers are up)."""
+    with balancer(tmp_path, **settings(doors)) as bal:
+        for name in ("a1", "a2"):
+            doors[name].healthy = False
+        for name in ("a1", "a2"):
+            wait_for(lambda name=name: status_of(bal, "default", name) == "DOWN", f"{name} DOWN")
+        floor_down = roll_step(tmp_path, bal, doors, floor=True,
+                               vllm_balancer_floor_servers=["a1", "a2"],
+                               vllm_balancer_floor_out_at_once=1,
+                               vllm_balancer_server_min_healthy=1)
+        drain_down = roll_step(tmp_path, bal, doors, vllm_balancer_server_name="a1",
+                               vllm_balancer_server_state="drained",
+                               vllm_balancer_server_min_healthy=1,
+                               vllm_balancer_server_leaving=["a1"])
+        after_drain = status_of(bal, "default", "a1")
+        other = status_of(bal, "default", "a2")
+    assert floor_down[0] == 0, floor_down[1][-3000:]
+    assert drain_down[0] == 0, drain_down[1][-3000:]
+    assert "would leave" not in drain_down[1]
+    assert after_drain == "MAINT"
+    assert other == "DOWN"
+
+
 def test_the_configuration_holds_no_key_and_an_open_balancer_asks_for_none(tmp_path, doors):
     keyed = tmp_path / "keyed"
     keyed.mkdir()
