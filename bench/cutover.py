@@ -63,7 +63,8 @@ def failed(outcome):
 class Load:
     """A bounded client loop: `threads` workers until stopped or `max_seconds` pass."""
 
-    def __init__(self, base_url, threads=4, stream_every=4, max_seconds=900, model=None):
+    def __init__(self, base_url, threads=4, stream_every=4, max_seconds=900, model=None,
+                 pause_s=0.0):
         self.url = urllib.parse.urlsplit(base_url)
         self.threads = threads
         self.stream_every = stream_every
@@ -73,6 +74,8 @@ class Load:
         self.stop_event = threading.Event()
         # the name each request asks for: the alias, else what /v1/models lists at start
         self.model = model
+        # each worker's wait after an answer (0: back to back, saturating the server)
+        self.pause_s = pause_s
         self.workers = []
 
     def _one(self, n):
@@ -125,6 +128,8 @@ class Load:
                 self.results.append(outcome)
             if failed(outcome):
                 time.sleep(0.05)
+            if self.pause_s:
+                self.stop_event.wait(self.pause_s)
             n += self.threads
 
     def start(self):
@@ -179,7 +184,7 @@ def summarise(results, cutover_started):
 
 
 def cutover_under_load(args, green, strategy):
-    load = Load(args.frontdoor, threads=args.threads, model=args.alias)
+    load = Load(args.frontdoor, threads=args.threads, model=args.alias, pause_s=args.pause)
     load.start()
     time.sleep(args.settle)
     cutover_started = time.monotonic()
@@ -259,6 +264,9 @@ def main():
                              "('' - the name /v1/models lists at the start)")
     parser.add_argument("--strategies", default="parallel,sequential")
     parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--pause", type=float, default=0.0,
+                        help="each client's wait between requests, seconds (0: back to back; on "
+                             "a 2-core lab, back to back starves the cutover's own Ansible)")
     parser.add_argument("--settle", type=float, default=5.0, help="load seconds before/after")
     parser.add_argument("--latency-requests", type=int, default=200)
     parser.add_argument("--min-requests", type=int, default=500)

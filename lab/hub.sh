@@ -2,12 +2,17 @@
 # Start (or check) the lab's Hugging Face Hub endpoint on loopback: it serves
 # the tiny models from .lab/hub to the lab host (same network namespace).
 #   lab/hub.sh start | stop | status
+# LAB_HUB_HOST=<the lab network's gateway> runs a second one there for the
+# containers on the lab's Docker network (lab/network.sh does).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 port=${LAB_HUB_PORT:-8765}
 root=${LAB_HUB_ROOT:-.lab/hub}
-pidfile=.lab/hub.pid
-log=.lab/hub.log
+host=${LAB_HUB_HOST:-127.0.0.1}
+# One server per address: loopback's keeps the names it always had.
+suffix=$([ "$host" = 127.0.0.1 ] && echo "" || echo "-$host")
+pidfile=.lab/hub$suffix.pid
+log=.lab/hub$suffix.log
 py=${PYTHON:-.venv/bin/python}
 
 running() { [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }
@@ -22,10 +27,10 @@ case "${1:-status}" in
       "$py" lab/make_tiny_models.py --out "$root"
     fi
     if running; then
-      echo "lab hub: running (pid $(cat "$pidfile")) on 127.0.0.1:$port"
+      echo "lab hub: running (pid $(cat "$pidfile")) on $host:$port"
       exit 0
     fi
-    setsid nohup "$py" lab/hub_server.py --root "$root" --host 127.0.0.1 --port "$port" \
+    setsid nohup "$py" lab/hub_server.py --root "$root" --host "$host" --port "$port" \
       --pidfile "$pidfile" >"$log" 2>&1 < /dev/null &
     for _ in $(seq 1 50); do
       # Our own server must be the one answering (another checkout's hub may hold the port).
@@ -34,8 +39,8 @@ case "${1:-status}" in
         cat "$log" >&2
         exit 1
       fi
-      if curl -fsS "http://127.0.0.1:$port/api/models/vllm-fleet-lab/tiny-gqa/revision/main" >/dev/null 2>&1; then
-        echo "lab hub: serving $root on http://127.0.0.1:$port (pid $(cat "$pidfile"))"
+      if curl -fsS "http://$host:$port/api/models/vllm-fleet-lab/tiny-gqa/revision/main" >/dev/null 2>&1; then
+        echo "lab hub: serving $root on http://$host:$port (pid $(cat "$pidfile"))"
         exit 0
       fi
       sleep 0.2
@@ -45,7 +50,12 @@ case "${1:-status}" in
     exit 1
     ;;
   stop)
-    if running; then kill "$(cat "$pidfile")"; fi
+    if running; then
+      pid=$(cat "$pidfile")
+      kill "$pid"
+      # Gone before the next start binds the same address.
+      for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    fi
     rm -f "$pidfile"
     ;;
   status)

@@ -71,6 +71,7 @@ import os
 import re
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -84,6 +85,26 @@ CONTROL_FILES = {".gated", ".tags"}
 REVISIONS_DIR = ".revisions"
 SKIP_DIRS = {".git", ".cache", REVISIONS_DIR}
 LOOPBACK = {"127.0.0.1", "::1", "localhost"}
+# Docker's bridges on the controller: the lab network's gateway address (lab/network.sh).
+BRIDGE_PREFIXES = ("br-", "docker")
+
+
+def bridge_addresses() -> set[str]:
+    """IPv4 addresses of the controller's Docker bridge interfaces (from `ip -o -4 addr`)."""
+    try:
+        argv = ["ip", "-o", "-4", "addr", "show"]
+        out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return set()
+    found = set()
+    for line in out.splitlines():
+        parts = line.split()
+        # "4: br-1a2b    inet 172.31.250.1/24 brd ... scope global br-1a2b"
+        if parts[2:3] == ["inet"] and parts[1].startswith(BRIDGE_PREFIXES) and parts[3:]:
+            found.add(parts[3].split("/")[0])
+    return found
+
+
 _RANGE_RE = re.compile(r"^bytes=(\d*)-(\d*)$")
 
 
@@ -716,8 +737,11 @@ class HubHandler(BaseHTTPRequestHandler):
 
 def make_server(root, host: str = "127.0.0.1", port: int = 0, faults: Faults | None = None):
     """Build (not start) a server; ``server.faults`` and ``server.server_address`` are public."""
-    if host not in LOOPBACK:
-        raise ValueError(f"refusing to bind {host}: this lab server binds loopback only")
+    if host not in LOOPBACK and host not in bridge_addresses():
+        raise ValueError(
+            f"refusing to bind {host}: this lab server binds loopback or a Docker bridge's "
+            "address only"
+        )
     index = RepoIndex(Path(root))
     faults = faults or Faults()
     handler = type("BoundHubHandler", (HubHandler,), {"index": index, "faults": faults})
@@ -762,7 +786,8 @@ def build_faults(args) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     p.add_argument("--root", required=True, help="directory holding <org>/<name>/ repos")
-    p.add_argument("--host", default="127.0.0.1", help="loopback address to bind")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind: loopback, or the lab network's gateway (a Docker bridge)")
     p.add_argument("--port", type=int, default=8765, help="0 picks a free port")
     p.add_argument("--pidfile", help="write the server's pid here")
     p.add_argument("--throttle", type=int, default=0, help="body bytes/s per response")

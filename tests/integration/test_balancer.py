@@ -454,10 +454,11 @@ PLAY = """
 """
 
 
-def playbook(tmp_path, bal, changes):
-    """ansible-playbook running the role's tasks_from: server for each pool/server/state."""
+def playbook(tmp_path, bal, changes, text=None, extra=()):
+    """ansible-playbook running the role's tasks_from: server for each pool/server/state
+    (or the play `text`, with `extra` -e values as JSON)."""
     play = tmp_path / f"play-{len(list(tmp_path.glob('play-*')))}.yml"
-    play.write_text(PLAY % json.dumps(changes))
+    play.write_text(text or PLAY % json.dumps(changes))
     env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"),
                ANSIBLE_COLLECTIONS_PATH=f"{ROOT / 'collections'}:{ROOT / '.cache' / 'collections'}")
     values = bal.values
@@ -466,7 +467,10 @@ def playbook(tmp_path, bal, changes):
          "-e", f"ansible_python_interpreter={sys.executable}",
          "-e", f"vllm_balancer_socket={values['vllm_balancer_socket']}",
          "-e", f"vllm_balancer_stats_port={values['vllm_balancer_stats_port']}",
+         "-e", f"vllm_balancer_listen={values['vllm_balancer_listen']}",
+         "-e", f"vllm_balancer_port={values['vllm_balancer_port']}",
          "-e", "vllm_balancer_drain_poll_s=1", "-e", "vllm_balancer_drain_timeout_s=60",
+         *[arg for value in extra for arg in ("-e", json.dumps(value))],
          str(play)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
 
@@ -521,6 +525,99 @@ def test_a_drained_server_gets_no_new_request_and_finishes_the_one_in_flight(tmp
     assert "changed=2" in out  # kimi/b1 to maintenance, the server ready; the rest no-ops
     assert states == ("UP", "MAINT")
     assert busy.name in hosts_of(after)
+
+
+ROLL_PLAY = """
+- name: A roll's checks at the balancer
+  hosts: localhost
+  connection: local
+  gather_facts: false
+  tasks:
+    - name: Check the floor before the roll
+      ansible.builtin.include_role:
+        name: vllm_fleet.fleet.vllm_balancer
+        tasks_from: floor
+      when: floor | default(false)
+    - name: Drain or ready one server, its pool found by its name
+      ansible.builtin.include_role:
+        name: vllm_fleet.fleet.vllm_balancer
+        tasks_from: server
+      when: not (floor | default(false))
+"""
+
+
+def roll_step(tmp_path, bal, doors, **values):
+    """One of a roll's balancer steps (floor, or server without a pool), the pools as the
+    running HAProxy has them."""
+    return finish(playbook(tmp_path, bal, [], ROLL_PLAY,
+                           ({"vllm_balancer_pools": pools_of(doors)}, values)))
+
+
+def test_a_roll_keeps_each_pools_minimum_and_finds_a_servers_pool_by_its_name(tmp_path, doors):
+    """Issue 14 part 3: the floor before a roll and at each drain (the batch counted)."""
+    with balancer(tmp_path, **settings(doors)) as bal:
+        wait_for(lambda: status_of(bal, "default", "a2") == "UP", "a2 UP")
+        floor_ok = roll_step(tmp_path, bal, doors, floor=True,
+                             vllm_balancer_floor_servers=["a1", "a2"],
+                             vllm_balancer_floor_out_at_once=1, vllm_balancer_server_min_healthy=1)
+        floor_low = roll_step(tmp_path, bal, doors, floor=True,
+                              vllm_balancer_floor_servers=["a1", "a2", "b1"],
+                              vllm_balancer_floor_out_at_once=2, vllm_balancer_server_min_healthy=1)
+        floor_unknown = roll_step(tmp_path, bal, doors, floor=True,
+                                  vllm_balancer_floor_servers=["zz"],
+                                  vllm_balancer_server_min_healthy=0)
+        # a1 and a2 in one batch: draining a1 would leave the pool nothing up.
+        batch = roll_step(tmp_path, bal, doors, vllm_balancer_server_name="a1",
+                          vllm_balancer_server_state="drained", vllm_balancer_server_min_healthy=1,
+                          vllm_balancer_server_leaving=["a1", "a2"])
+        after_batch = status_of(bal, "default", "a1")
+        alone = roll_step(tmp_path, bal, doors, vllm_balancer_server_name="a1",
+                          vllm_balancer_server_state="drained", vllm_balancer_server_min_healthy=1,
+                          vllm_balancer_server_leaving=["a1"])
+        after_alone = status_of(bal, "default", "a1")
+        ready = roll_step(tmp_path, bal, doors, vllm_balancer_server_name="a1",
+                          vllm_balancer_server_state="ready")
+        after_ready = status_of(bal, "default", "a1")
+    assert floor_ok[0] == 0, floor_ok[1][-3000:]
+    assert floor_low[0] == 2
+    assert ("Pool default: 2 of its 2 servers are up (a1, a2), and with 2 of them out at once "
+            "(serial) 0 would stay up; wanted at least vllm_fleet_min_healthy = 1.") in floor_low[1]
+    assert "Pool kimi: 1 of its 1 servers are up (b1), and with 1 of them out" in floor_low[1]
+    assert floor_unknown[0] == 2
+    assert "zz: in no pool of vllm_balancer_pools (default, kimi)" in floor_unknown[1]
+    assert batch[0] == 2
+    assert "Draining default/a1 with a2 would leave 0 server(s) up in the pool (none)" in batch[1]
+    assert after_batch == "UP"
+    assert alone[0] == 0, alone[1][-3000:]
+    assert after_alone == "MAINT"
+    assert ready[0] == 0, ready[1][-3000:]
+    assert after_ready.startswith("UP")
+
+
+def test_a_roll_that_takes_out_no_server_up_passes_the_floor(tmp_path, doors):
+    """A first deployment: the pool's servers are all down (their front doors answer 503),
+    so the roll lowers nothing: the floor before the roll and the drain's check let it through
+    (test_a_roll_keeps_each_pools_minimum_... holds them where servers are up)."""
+    with balancer(tmp_path, **settings(doors)) as bal:
+        for name in ("a1", "a2"):
+            doors[name].healthy = False
+        for name in ("a1", "a2"):
+            wait_for(lambda name=name: status_of(bal, "default", name) == "DOWN", f"{name} DOWN")
+        floor_down = roll_step(tmp_path, bal, doors, floor=True,
+                               vllm_balancer_floor_servers=["a1", "a2"],
+                               vllm_balancer_floor_out_at_once=1,
+                               vllm_balancer_server_min_healthy=1)
+        drain_down = roll_step(tmp_path, bal, doors, vllm_balancer_server_name="a1",
+                               vllm_balancer_server_state="drained",
+                               vllm_balancer_server_min_healthy=1,
+                               vllm_balancer_server_leaving=["a1"])
+        after_drain = status_of(bal, "default", "a1")
+        other = status_of(bal, "default", "a2")
+    assert floor_down[0] == 0, floor_down[1][-3000:]
+    assert drain_down[0] == 0, drain_down[1][-3000:]
+    assert "would leave" not in drain_down[1]
+    assert after_drain == "MAINT"
+    assert other == "DOWN"
 
 
 def test_the_configuration_holds_no_key_and_an_open_balancer_asks_for_none(tmp_path, doors):

@@ -3,8 +3,10 @@
 """lab/hub_server.py against the real huggingface_hub 2.4 client (and raw HTTP for Range/faults)."""
 
 import hashlib
+import http.client
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -16,6 +18,7 @@ from pathlib import Path
 import pytest
 
 hf = pytest.importorskip("huggingface_hub")
+import hub_server  # noqa: E402 - lab/ is on sys.path through tests/integration/conftest.py
 from huggingface_hub import HfApi, hf_hub_download, snapshot_download  # noqa: E402
 from huggingface_hub.errors import (  # noqa: E402
     GatedRepoError,
@@ -418,3 +421,87 @@ def test_cli_serves_with_env_endpoint_and_pidfile(hub_root, tmp_path):
         proc.terminate()
         proc.wait(timeout=10)
     assert not pidfile.exists()
+
+
+# `ip -o -4 addr show` (iproute2 6.1, Debian 12) prints one line an address: index, interface,
+# "inet", address/prefix, ..., then a literal backslash and the rest of the record. A real line
+# from this controller:
+#   5: docker0    inet 172.17.0.1/16 brd 172.17.255.255 scope global docker0\
+#   valid_lft forever preferred_lft forever
+# (printed as one line: seven spaces follow the backslash, not a newline).
+IP_TAIL = "\\       valid_lft forever preferred_lft forever"
+IP_LINES = "".join(line + IP_TAIL + "\n" for line in (
+    "1: lo    inet 127.0.0.1/8 scope host lo",
+    "4: eth0    inet 192.0.2.2/24 brd 192.0.2.255 scope global eth0",
+    "5: docker0    inet 172.17.0.1/16 brd 172.17.255.255 scope global docker0",
+    "41: br-2699e17e5a62    inet 172.31.250.1/24 brd 172.31.250.255 scope global br-2699e17e5a62",
+    "41: br-2699e17e5a62    inet 172.31.250.9/24 scope global secondary br-2699e17e5a62",
+    "7: docker_gwbridge    inet 172.18.0.1/16 brd 172.18.255.255 scope global docker_gwbridge",
+    "8: mybr-0    inet 10.9.0.1/24 scope global mybr-0",
+    "9: wlan0    inet 10.0.0.5/24 brd 10.0.0.255 scope global dynamic wlan0",
+))
+
+
+def _fake_ip(folder, monkeypatch, script):
+    """An `ip` first on PATH running `script` (sh): stands in for iproute2, not the parser."""
+    tool = folder / "ip"
+    tool.write_text("#!/bin/sh\n" + script)
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+
+
+def test_bridge_addresses_reads_br_and_docker_interfaces_from_ip(tmp_path, monkeypatch):
+    (tmp_path / "out.txt").write_text(IP_LINES)
+    _fake_ip(tmp_path, monkeypatch,
+             f'[ "$*" = "-o -4 addr show" ] || exit 9\ncat "{tmp_path / "out.txt"}"\n')
+    assert hub_server.bridge_addresses() == {
+        "172.17.0.1", "172.31.250.1", "172.31.250.9", "172.18.0.1"}
+
+
+def test_bridge_addresses_is_empty_when_ip_fails_or_is_missing(tmp_path, monkeypatch):
+    _fake_ip(tmp_path, monkeypatch, "echo 'Cannot open netlink socket' >&2\nexit 1\n")
+    assert hub_server.bridge_addresses() == set()
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing-here"))
+    assert hub_server.bridge_addresses() == set()
+
+
+def test_bridge_addresses_match_iproute2s_own_json_on_this_machine():
+    ip = shutil.which("ip")
+    if ip is None:
+        pytest.skip("no `ip` (iproute2) on this machine")
+    links = json.loads(subprocess.run([ip, "-j", "-4", "addr", "show"], capture_output=True,
+                                      text=True, check=True).stdout)
+    want = {a["local"] for link in links if link["ifname"].startswith(("br-", "docker"))
+            for a in link.get("addr_info", []) if a.get("family") == "inet"}
+    assert hub_server.bridge_addresses() == want
+
+
+@pytest.mark.parametrize("host", ["192.0.2.1", "0.0.0.0", "10.255.255.1"])  # noqa: S104
+def test_make_server_refuses_an_address_that_is_not_loopback_or_a_docker_bridge(hub_root, host):
+    root, _sizes = hub_root
+    assert host not in hub_server.bridge_addresses()
+    with pytest.raises(ValueError, match=rf"^refusing to bind {host.replace('.', '[.]')}: "):
+        hub_server.make_server(root, host=host, port=0)
+
+
+def test_make_server_binds_a_docker_bridge_address_and_serves_there(hub_root):
+    root, _sizes = hub_root
+    addresses = sorted(hub_server.bridge_addresses())
+    if not addresses:
+        pytest.skip("no Docker bridge (docker0 or br-*) with an IPv4 address on this machine")
+    server = hub_server.make_server(root, host=addresses[0], port=0)
+    try:
+        host, port = server.server_address[:2]
+        threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+        conn = http.client.HTTPConnection(host, port, timeout=10)
+        conn.request("GET", "/_stats")
+        answer = conn.getresponse()
+        status, stats = answer.status, json.loads(answer.read())
+        conn.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert host == addresses[0]
+    assert port > 0
+    assert status == 200
+    assert isinstance(stats, dict)

@@ -1,0 +1,276 @@
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
+"""Fleet benchmark: a rolling cutover of a pool under continuous load through the balancer.
+
+It loads the balancer (the same bounded client loop as bench/cutover.py: several
+threads, every fourth request streaming, every request naming the pool's alias,
+paced by --pause so that the roll's own Ansible run gets CPU on a small lab)
+for a while before the roll, then runs `site.yml -e model=<to>` over the fleet
+inventory through ansible-runner while the load goes on, and samples the pool's
+healthy servers from the balancer's own stats (HAProxy's CSV) every half second.
+It prints:
+
+  requests sent / failed during the roll (every answer that is not 2xx and every
+  request without one is a failure: a client saw it),
+  the fewest servers of the pool that were UP at the balancer at any sample,
+  the roll's wall time in total and per host (first to last task of the host in
+  the roll play), the capacity ratio (requests per second during the roll over
+  those before it),
+  and the latency the balancer adds: p50/p99 of small completions through it and
+  straight to one host's front door.
+
+  .venv/bin/python bench/fleet.py --inventory <fleet inventory> \\
+      --balancer http://172.31.250.10:8000 --stats http://172.31.250.10:8404/stats\\;csv \\
+      --to tiny_mla --direct http://172.31.250.11:8000 --api-key K --direct-key K2
+
+--expect-stop-at HOST: the roll is meant to stop at HOST's failed gate (the
+scenario breaks that host's green through --extra-vars): then site.yml must fail
+naming HOST, and the load must still see 0 failures.
+--check exits 1 when a target is missed (the Molecule fleet scenario).
+"""
+
+import argparse
+import csv
+import http.client
+import io
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+from datetime import datetime
+from pathlib import Path
+
+import ansible_runner
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import cutover  # bench/cutover.py: the client loop and latency sampler
+
+ROOT = Path(__file__).resolve().parent.parent
+ROLL_PLAY = "Roll the model through the pools, host by host"
+
+
+def pool_up(stats_url, pool):
+    """The servers of `pool` the balancer has UP now (HAProxy's stats CSV), or None."""
+    url = urllib.parse.urlsplit(stats_url)
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=5)
+    try:
+        # urlsplit keeps HAProxy's ";csv" in the path
+        conn.request("GET", url.path + ("?" + url.query if url.query else ""))
+        resp = conn.getresponse()
+        text = resp.read().decode()
+        if resp.status != 200:
+            return None
+    except (OSError, http.client.HTTPException):
+        return None
+    finally:
+        conn.close()
+    rows = csv.DictReader(io.StringIO(text.lstrip("# ")))
+    return sorted(r["svname"] for r in rows
+                  if r["pxname"] == pool and r["svname"] not in ("FRONTEND", "BACKEND")
+                  and r["status"].startswith("UP"))
+
+
+class Sampler:
+    """Polls the pool's UP servers every `interval` seconds until stopped."""
+
+    def __init__(self, stats_url, pool, interval=0.5):
+        self.stats_url, self.pool, self.interval = stats_url, pool, interval
+        self.samples = []  # (monotonic time, [servers UP] or None when stats did not answer)
+        self.errors = []
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self.stop_event.is_set():
+            try:
+                up = pool_up(self.stats_url, self.pool)
+            except Exception as exc:  # noqa: BLE001 - a sample that failed is kept as unanswered
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+                up = None
+            self.samples.append((time.monotonic(), up))
+            self.stop_event.wait(self.interval)
+
+    def start(self):
+        self.thread.start()
+
+    def stop(self):
+        self.stop_event.set()
+        self.thread.join(timeout=10)
+
+    def fewest_up(self):
+        counts = [len(up) for _t, up in self.samples if up is not None]
+        return min(counts) if counts else None
+
+    def unanswered(self):
+        return sum(1 for _t, up in self.samples if up is None)
+
+
+def roll(inventory, model, extravars):
+    """site.yml over the fleet through ansible-runner: (rc, per-host seconds, failure messages)."""
+    variables = {"model": model}
+    variables.update(extravars)
+    with tempfile.TemporaryDirectory() as private:
+        runner = ansible_runner.run(
+            private_data_dir=private, project_dir=str(ROOT), playbook=str(ROOT / "site.yml"),
+            inventory=str(Path(inventory).resolve()), extravars=variables,
+            envvars={"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}, quiet=True)
+        events = list(runner.events)
+    spans = {}
+    failures = []
+    for event in events:
+        data = event.get("event_data", {})
+        host = data.get("host")
+        if event.get("event") == "runner_on_failed" and not data.get("ignore_errors"):
+            failures.append(f"{host}: {data.get('res', {}).get('msg', '')}".strip())
+        if data.get("play") != ROLL_PLAY or not host or "created" not in event:
+            continue
+        when = datetime.fromisoformat(event["created"]).timestamp()
+        first, last = spans.get(host, (when, when))
+        spans[host] = (min(first, when), max(last, when))
+    per_host = {h: round(last - first, 1) for h, (first, last) in spans.items()}
+    return runner.rc, per_host, failures
+
+
+def rate(results, start, end):
+    done = [r for r in results if start <= r["start"] < end]
+    return len(done) / (end - start) if end > start else 0.0
+
+
+def roll_under_load(args, model, extravars, expect_stop_at=""):
+    load = cutover.Load(args.balancer, threads=args.threads, model=args.alias,
+                        max_seconds=args.max_seconds, pause_s=args.pause)
+    sampler = Sampler(args.stats, args.pool)
+    sampler.start()
+    load.start()
+    before_start = time.monotonic()
+    time.sleep(args.before)
+    roll_start = time.monotonic()
+    rc, per_host, failures = roll(args.inventory, model, extravars)
+    roll_end = time.monotonic()
+    time.sleep(args.settle)
+    load.stop()
+    sampler.stop()
+    during = [r for r in load.results if roll_start <= r["start"] < roll_end]
+    bad = [r for r in load.results if cutover.failed(r)]
+    before_rate = rate(load.results, before_start, roll_start)
+    during_rate = rate(load.results, roll_start, roll_end)
+    return {
+        "model": model, "rc": rc, "expect_stop_at": expect_stop_at,
+        "wall_s": round(roll_end - roll_start, 1), "per_host_s": per_host,
+        "sent": len(load.results), "sent_during_roll": len(during), "failed": len(bad),
+        "failed_examples": sorted({str(r.get("error") or r["status"]) for r in bad})[:5],
+        "rate_before": round(before_rate, 1), "rate_during": round(during_rate, 1),
+        "capacity_ratio": round(during_rate / before_rate, 2) if before_rate else None,
+        "fewest_up": sampler.fewest_up(), "samples": len(sampler.samples),
+        "stats_unanswered": sampler.unanswered(), "sampler_errors": sampler.errors,
+        "failures": failures,
+    }
+
+
+def targets_missed(row, min_requests):
+    where = f"roll to {row['model']}"
+    missed = []
+    if row["expect_stop_at"]:
+        stop = row["expect_stop_at"]
+        if row["rc"] == 0:
+            missed.append(f"{where}: site.yml succeeded; wanted it to stop at {stop}")
+        elif not any(stop in f and "roll stopped" in f for f in row["failures"]):
+            missed.append(f"{where}: the failure does not name {stop} where the roll stopped: "
+                          f"{row['failures'][-3:]}")
+    elif row["rc"] != 0:
+        missed.append(f"{where}: site.yml failed: {row['failures'][-3:]}")
+    if row["failed"]:
+        missed.append(f"{where}: {row['failed']} requests failed ({row['failed_examples']})")
+    if row["sent_during_roll"] < min_requests:
+        missed.append(f"{where}: {row['sent_during_roll']} requests sent during the roll, "
+                      f"fewer than {min_requests}")
+    if row["stats_unanswered"]:
+        missed.append(f"{where}: the balancer's stats did not answer {row['stats_unanswered']} "
+                      f"of {row['samples']} samples {row['sampler_errors'][:2]}")
+    if row["fewest_up"] is None or row["fewest_up"] < 1:
+        missed.append(f"{where}: the pool had {row['fewest_up']} healthy servers at the balancer "
+                      "at one sample; wanted at least 1 at every sample")
+    return missed
+
+
+def latency_pair(args):
+    """(balancer p50, p99, direct p50, p99) in ms, small completions naming the alias."""
+    key = cutover.HEADERS.get("Authorization")
+    b50, b99 = cutover.latency(args.balancer, args.alias, args.latency_requests)
+    if args.direct_key:
+        cutover.HEADERS["Authorization"] = f"Bearer {args.direct_key}"
+    try:
+        d50, d99 = cutover.latency(args.direct, args.alias, args.latency_requests)
+    finally:
+        if key:
+            cutover.HEADERS["Authorization"] = key
+    return b50, b99, d50, d99
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--inventory", required=True,
+                        help="the fleet inventory (a vllm_balancers group)")
+    parser.add_argument("--balancer", required=True, help="the balancer's base URL")
+    parser.add_argument("--stats", required=True,
+                        help="the balancer's stats CSV URL (HAProxy ;csv)")
+    parser.add_argument("--pool", default="default", help="the pool that rolls (its alias)")
+    parser.add_argument("--alias", default="default", help="the model name requests ask for")
+    parser.add_argument("--to", required=True, help="the model the pool rolls to")
+    parser.add_argument("--extra-vars", default="{}", help="JSON extra vars for site.yml")
+    parser.add_argument("--expect-stop-at", default="",
+                        help="the host whose failed gate must stop the roll")
+    parser.add_argument("--direct", help="one host's front door, for the balancer's added latency")
+    parser.add_argument("--direct-key", default="", help="the key that front door accepts")
+    # The lab's default: 2 clients, 0.5 s apart, about 3 requests/s. On 2 cores a
+    # serving host's vLLM worker near 100 % starves what shares its core (measured:
+    # a green's API server got 0.3 s of CPU in 2 minutes), so the roll itself crawls.
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--pause", type=float, default=0.5,
+                        help="each client's wait between requests, seconds (0: back to back)")
+    parser.add_argument("--before", type=float, default=15.0, help="load seconds before the roll")
+    parser.add_argument("--settle", type=float, default=3.0, help="load seconds after it")
+    parser.add_argument("--max-seconds", type=float, default=1800, help="the load's own bound")
+    parser.add_argument("--latency-requests", type=int, default=200)
+    parser.add_argument("--min-requests", type=int, default=500)
+    parser.add_argument("--json", help="also write the figures here")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    parser.add_argument("--api-key", default=os.environ.get("VLLM_FLEET_API_KEY", ""),
+                        help="the balancer's key (default: $VLLM_FLEET_API_KEY; none: open)")
+    args = parser.parse_args()
+    if args.api_key:
+        cutover.HEADERS["Authorization"] = f"Bearer {args.api_key}"
+
+    row = roll_under_load(args, args.to, json.loads(args.extra_vars), args.expect_stop_at)
+    problems = targets_missed(row, args.min_requests)
+    print("balancer: HAProxy; requests name the model "
+          f"{args.alias!r}; failed = every answer that is not 2xx and every request without one")
+    print(f"roll to {row['model']}: site.yml rc {row['rc']}, wall {row['wall_s']} s; "
+          f"per host (s) {row['per_host_s']}")
+    print(f"  requests sent {row['sent']} ({row['sent_during_roll']} during the roll), "
+          f"failed {row['failed']} {row['failed_examples'] or ''}")
+    print(f"  requests/s before {row['rate_before']}, during {row['rate_during']}: "
+          f"capacity ratio {row['capacity_ratio']}")
+    print(f"  pool {args.pool}: fewest servers UP at the balancer {row['fewest_up']} "
+          f"over {row['samples']} samples ({row['stats_unanswered']} unanswered)")
+    if row["rc"] != 0:
+        print(f"  site.yml's failures: {row['failures'][-3:]}")
+    if args.direct:
+        b50, b99, d50, d99 = latency_pair(args)
+        row["latency_ms"] = {"balancer_p50": round(b50, 1), "balancer_p99": round(b99, 1),
+                             "direct_p50": round(d50, 1), "direct_p99": round(d99, 1)}
+        print(f"latency over {args.latency_requests} requests (max_tokens 1): direct p50 "
+              f"{d50:.1f} ms p99 {d99:.1f} ms; balancer p50 {b50:.1f} ms p99 {b99:.1f} ms; "
+              f"added p50 {b50 - d50:+.1f} ms p99 {b99 - d99:+.1f} ms")
+    if args.json:
+        Path(args.json).write_text(json.dumps(row, indent=2) + "\n", encoding="utf-8")
+    for p in problems:
+        print("MISSED:", p)
+    return 1 if (args.check and problems) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
