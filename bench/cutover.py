@@ -146,25 +146,30 @@ class Load:
             worker.join(timeout=130)
 
 
-def deploy(inventory, model, strategy, extravars=None):
-    """site.yml through ansible-runner; returns (rc, cutover result or {})."""
-    variables = {"model": model, "vllm_fleet_cutover_strategy": strategy}
-    variables.update(extravars or {})
+def run_site(inventory, variables):
+    """site.yml through ansible-runner with these extra vars; returns (rc, its events)."""
     with tempfile.TemporaryDirectory() as private:
         runner = ansible_runner.run(
             private_data_dir=private, project_dir=str(ROOT), playbook=str(ROOT / "site.yml"),
             inventory=str(Path(inventory).resolve()), extravars=variables,
             envvars={"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}, quiet=True)
-        events = list(runner.events)
+        return runner.rc, list(runner.events)
+
+
+def deploy(inventory, model, strategy, extravars=None):
+    """site.yml through ansible-runner; returns (rc, cutover result or {})."""
+    variables = {"model": model, "vllm_fleet_cutover_strategy": strategy}
+    variables.update(extravars or {})
+    rc, events = run_site(inventory, variables)
     for event in events:
         data = event.get("event_data", {})
         # The switch runs as an async job; its result is the follow task's (async_follow).
         if data.get("task_action", "").endswith("async_follow") and \
                 event.get("event") in ("runner_on_ok", "runner_on_failed") and \
                 "action" in data.get("res", {}):
-            return runner.rc, data["res"]
+            return rc, data["res"]
     tail = "\n".join(e.get("stdout", "") for e in events[-10:])
-    return runner.rc, {"msg": tail}
+    return rc, {"msg": tail}
 
 
 def summarise(results, cutover_started):

@@ -36,14 +36,11 @@ import io
 import json
 import os
 import sys
-import tempfile
 import threading
 import time
 import urllib.parse
 from datetime import datetime
 from pathlib import Path
-
-import ansible_runner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cutover  # bench/cutover.py: the client loop and latency sampler
@@ -112,12 +109,7 @@ def roll(inventory, model, extravars):
     """site.yml over the fleet through ansible-runner: (rc, per-host seconds, failure messages)."""
     variables = {"model": model}
     variables.update(extravars)
-    with tempfile.TemporaryDirectory() as private:
-        runner = ansible_runner.run(
-            private_data_dir=private, project_dir=str(ROOT), playbook=str(ROOT / "site.yml"),
-            inventory=str(Path(inventory).resolve()), extravars=variables,
-            envvars={"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}, quiet=True)
-        events = list(runner.events)
+    rc, events = cutover.run_site(inventory, variables)
     spans = {}
     failures = []
     for event in events:
@@ -131,7 +123,7 @@ def roll(inventory, model, extravars):
         first, last = spans.get(host, (when, when))
         spans[host] = (min(first, when), max(last, when))
     per_host = {h: round(last - first, 1) for h, (first, last) in spans.items()}
-    return runner.rc, per_host, failures
+    return rc, per_host, failures
 
 
 def rate(results, start, end):
