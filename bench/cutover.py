@@ -206,19 +206,36 @@ def cutover_under_load(args, green, strategy):
     return summary
 
 
-def latency(base_url, model, count):
+def latency_samples(base_url, model, count):
+    """`count` sequential small completions (max_tokens 1), a new connection each:
+    [(milliseconds, status)], the status None where no answer came."""
     url = urllib.parse.urlsplit(base_url)
     samples = []
     body = json.dumps({"model": model, "prompt": "Hi", "max_tokens": 1})
     for _unused in range(count):
         conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
         start = time.perf_counter()
-        conn.request("POST", "/v1/completions", body, HEADERS)
-        conn.getresponse().read()
-        samples.append((time.perf_counter() - start) * 1000)
+        try:
+            conn.request("POST", "/v1/completions", body, HEADERS)
+            resp = conn.getresponse()
+            resp.read()
+            status = resp.status
+        except (OSError, http.client.HTTPException):
+            status = None
+        samples.append(((time.perf_counter() - start) * 1000, status))
         conn.close()
-    samples.sort()
-    return statistics.median(samples), samples[int(0.99 * (len(samples) - 1))]
+    return samples
+
+
+def percentiles(milliseconds):
+    """(p50, p99) of the times."""
+    ordered = sorted(milliseconds)
+    return statistics.median(ordered), ordered[int(0.99 * (len(ordered) - 1))]
+
+
+def latency(base_url, model, count):
+    """(p50, p99) in ms of `count` small completions (latency_samples), every answer timed."""
+    return percentiles([ms for ms, _status in latency_samples(base_url, model, count)])
 
 
 def targets_missed(row):

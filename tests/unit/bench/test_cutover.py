@@ -8,6 +8,7 @@ names and answers others 404 the way vLLM does.
 
 import importlib.util
 import json
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import ClassVar
@@ -112,3 +113,27 @@ def test_the_summary_counts_503_with_retry_after_apart_from_other_failures():
             summary["other_failures"], summary["window_s"]) == (4, 3, 1, 2, 2.5)
     assert summary["other_examples"] == ["404", "503"]
     assert (summary["in_flight_at_start"], summary["in_flight_failed"]) == (1, 0)
+
+
+def test_latency_samples_time_every_request_and_keep_its_status(door):
+    served = cutover.latency_samples(door, "default", 3)
+    unknown = cutover.latency_samples(door, "no-such-model", 2)
+    assert [status for _ms, status in served] == [200, 200, 200]
+    assert [status for _ms, status in unknown] == [404, 404]
+    assert all(ms > 0 for ms, _status in served + unknown)
+    assert Door.asked == ["default"] * 3 + ["no-such-model"] * 2
+
+
+def test_a_request_without_an_answer_is_timed_with_status_none():
+    with socket.socket() as s:  # bound and closed again: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    samples = cutover.latency_samples(f"http://127.0.0.1:{port}", "default", 2)
+    assert [status for _ms, status in samples] == [None, None]
+
+
+def test_percentiles_are_the_median_and_the_99th_of_the_sorted_times():
+    assert cutover.percentiles([3.0, 1.0, 2.0]) == (2.0, 2.0)  # int(0.99 * 2) = 1
+    assert cutover.percentiles([4.0, 1.0, 3.0, 2.0]) == (2.5, 3.0)
+    times = [float(n) for n in range(1, 201)]  # 1..200 ms
+    assert cutover.percentiles(reversed(times)) == (100.5, 198.0)  # index int(0.99 * 199) = 197
