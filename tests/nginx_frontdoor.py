@@ -5,7 +5,8 @@
 `render_site()` renders roles/vllm_frontdoor/templates/vllm-fleet.conf.j2 (and, with keys,
 api-keys.map.j2) with the role's defaults and the test's overrides; `front_door()` runs
 Debian's nginx in a temporary prefix on a free loopback port with that server block and
-an upstream text from frontdoor.upstream_conf(). Used by the keep-alive and access tests.
+an upstream text from frontdoor.upstream_conf(). Used by the keep-alive and access tests;
+`nginx()`, the runner under it, takes any http-level text (bench/balancers.py's nginx).
 """
 
 import contextlib
@@ -67,8 +68,7 @@ def render(template, values):
 def front_door(tmp_path, upstream_text, own_key=None, **overrides):
     """nginx with the role's server block (and keys) and this upstream; yields (url, prefix)."""
     prefix = tmp_path / "nginx"
-    for d in ("logs", "temp"):
-        (prefix / d).mkdir(parents=True)
+    prefix.mkdir()
     (prefix / "upstream.conf").write_text(upstream_text)
     port = free_port()
     values = role_vars(prefix, port, **overrides)
@@ -77,8 +77,18 @@ def front_door(tmp_path, upstream_text, own_key=None, **overrides):
         keys = prefix / "api-keys.map"
         keys.write_text(render("api-keys.map.j2", values))
         keys.chmod(0o600)
-    (prefix / "site.conf").write_text(render("vllm-fleet.conf.j2", values))
+    scheme = "https" if values["__vllm_frontdoor_tls"] else "http"
+    with nginx(prefix, render("vllm-fleet.conf.j2", values), port):
+        yield f"{scheme}://127.0.0.1:{port}", prefix
+
+
+@contextlib.contextmanager
+def nginx(prefix, site_text, port):
+    """Debian's nginx in `prefix` with `site_text` in its http block, until it listens on port."""
     temp = prefix / "temp"
+    for d in (prefix / "logs", temp):
+        d.mkdir(parents=True)
+    (prefix / "site.conf").write_text(site_text)
     user = "user root root;\n" if os.geteuid() == 0 else ""  # workers write in tmp_path
     (prefix / "nginx.conf").write_text(
         f"{user}worker_processes 1;\n"
@@ -100,7 +110,6 @@ def front_door(tmp_path, upstream_text, own_key=None, **overrides):
     checked = subprocess.run([*args, "-t"], capture_output=True, text=True, check=False)
     assert checked.returncode == 0, checked.stderr
     proc = subprocess.Popen([*args, "-g", "daemon off;"], stderr=subprocess.PIPE, text=True)
-    scheme = "https" if values["__vllm_frontdoor_tls"] else "http"
     try:
         deadline = time.monotonic() + 10
         while True:
@@ -109,7 +118,7 @@ def front_door(tmp_path, upstream_text, own_key=None, **overrides):
             assert proc.poll() is None, proc.stderr.read()
             assert time.monotonic() < deadline, "nginx did not listen within 10 s"
             time.sleep(0.05)
-        yield f"{scheme}://127.0.0.1:{port}", prefix
+        yield
     finally:
         proc.terminate()
         proc.wait(timeout=10)
