@@ -24,7 +24,8 @@ def config(name):
     return json.loads((MODELS / name).read_text())
 
 
-def fit(name, serve, gpu=H200_X8, **kwargs):
+def fit(name, serve, gpu=None, **kwargs):
+    gpu = H200_X8 if gpu is None else gpu
     kwargs.setdefault("overhead_bytes_per_gpu", NINE_GIB)
     kwargs.setdefault("weight_bytes", 595_000_000_000)
     return mf.model_fit(config(name), serve=serve, gpu=gpu, **kwargs)
@@ -40,7 +41,7 @@ def test_one_host_is_the_default_and_reported():
     assert report["gpus_needed"] == 16
     assert gpu_warnings(report) == [
         ("tensor_parallel_size 16 x pipeline_parallel_size 1 x data_parallel_size 1 needs 16 GPUs,"
-        " the host has 8")]
+         " the host has 8")]
     assert report["verdict"] == "does not fit: needs 16 GPUs, has 8"
     assert report["fits"] is False
 
@@ -60,7 +61,7 @@ def test_too_few_gpus_on_each_host_says_so():
     report = fit("moonshotai--Kimi-K2.5.config.json", KIMI_TP16, gpu=four, nodes=2)
     assert gpu_warnings(report) == [
         ("tensor_parallel_size 16 x pipeline_parallel_size 1 x data_parallel_size 1 needs 8 GPUs "
-        "on each of 2 hosts, the host has 4")]
+         "on each of 2 hosts, the host has 4")]
     assert report["verdict"] == "does not fit: needs 8 GPUs on each of 2 hosts, has 4"
 
 

@@ -199,19 +199,19 @@ def test_the_head_must_be_first():
 
 @pytest.mark.parametrize(("change", "message"), [
     ({"ip": None}, ("replica host lab2 has no address for the replica's traffic: set "
-                   "vllm_fleet_replica_ip")),
+                    "vllm_fleet_replica_ip")),
     ({"ip": "172.31.250.300"}, ("replica host lab2: vllm_fleet_replica_ip must be an IPv4 or "
-                               "IPv6 address, got '172.31.250.300'")),
+                                "IPv6 address, got '172.31.250.300'")),
     ({"ip": "127.0.0.1"}, "replica host lab2: vllm_fleet_replica_ip 127.0.0.1 cannot be reached"),
     ({"ip": "0.0.0.0"}, "replica host lab2: vllm_fleet_replica_ip 0.0.0.0 cannot be reached"),  # noqa: S104
     ({"ip": "172.31.250.11"}, ("replica hosts lab1 and lab2 have the same vllm_fleet_replica_ip "
-                              "172.31.250.11")),
+                               "172.31.250.11")),
     ({"name": "lab1"}, "replica hosts lab1 and lab1 have the same host lab1"),
     ({"name": ""}, "replica host 1 has no name"),
     ({"interface": ""}, ("replica host lab2 has no interface for the replica's traffic: set "
-                        "vllm_fleet_replica_interface")),
+                         "vllm_fleet_replica_interface")),
     ({"interface": "a-very-long-interface"}, ("replica host lab2: vllm_fleet_replica_interface "
-                                             "must be a network interface name")),
+                                              "must be a network interface name")),
     ({"interface": "eth0; drop"}, "vllm_fleet_replica_interface must be a network interface"),
 ])
 def test_each_host_needs_its_own_reachable_address_and_an_interface(change, message):
@@ -228,10 +228,10 @@ def test_hosts_must_be_a_list_of_mappings():
     ({"master_addr": "10.0.0.1", "headless": True}, "serve must not set headless, master_addr"),
     ({"distributed_executor_backend": "ray"},
      ("serve.distributed_executor_backend is 'ray'; a multi-node replica runs vLLM's own "
-     "multiprocessing backend (mp)")),
+      "multiprocessing backend (mp)")),
     ({"data_parallel_backend": "ray"}, "serve.data_parallel_backend is 'ray'"),
     ({"api_server_count": 4}, ("serve sets api_server_count: a multi-node replica here has one API"
-                              " server, the head's")),
+                               " server, the head's")),
     ({"data_parallel_hybrid_lb": True}, "serve sets data_parallel_hybrid_lb"),
 ])
 def test_serve_options_the_layout_owns_are_refused(serve, message):
@@ -248,7 +248,7 @@ def test_mp_backend_spelled_out_is_accepted():
 
 @pytest.mark.parametrize(("env", "message"), [
     ({"VLLM_HOST_IP": "172.31.250.11"}, ("env must not set VLLM_HOST_IP: they differ per host and "
-                                        "come from the inventory (vllm_fleet_replica_ip")),
+                                         "come from the inventory (vllm_fleet_replica_ip")),
     ({"GLOO_SOCKET_IFNAME": "eth0"}, "env must not set GLOO_SOCKET_IFNAME"),
     ({"VLLM_PORT": "40000"}, "env sets VLLM_PORT: vLLM then scans for ports from it"),
 ])
@@ -268,10 +268,10 @@ def test_gpus_list_one_hosts_ranks():
 
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"master_port": 40000}, ("the replica's master port (torch.distributed store of rank 0) 40000"
-                             " lies in the ephemeral port range 32768-60999")),
+                              " lies in the ephemeral port range 32768-60999")),
     ({"master_port": 8001}, ("the replica's master port (torch.distributed store of rank 0) 8001 "
-                            "is also the model's API port (port); set "
-                            "vllm_fleet_replica_master_port")),
+                             "is also the model's API port (port); set "
+                             "vllm_fleet_replica_master_port")),
     ({"master_port": 0}, "vllm_fleet_replica_master_port must be a port 1-65535, got 0"),
     ({"master_port": "x"}, "vllm_fleet_replica_master_port must be an integer, got 'x'"),
     ({"ephemeral_ports": "60999-32768"}, "ephemeral port range runs backwards: 60999-32768"),
@@ -360,7 +360,7 @@ def test_firewall_of_the_head_and_of_the_worker():
         "ports": [[29501, 29501], [32768, 60999]],
         "why": ["tiny_gqa head: 29501 master port (torch.distributed store of rank 0)",
                 ("tiny_gqa head: 32768-60999 ephemeral ports: gloo/NCCL pair connections and the "
-                "ZMQ message queues between ranks")]}
+                 "ZMQ message queues between ranks")]}
     assert replica_firewall([plan], "lab2")["ports"] == [[32768, 60999]]
 
 
