@@ -49,18 +49,20 @@ else
   echo "present"
 fi
 
-step "Debian packages the tests run for real (nginx: the front door tests; haproxy: the balancer test; shellcheck: sanity)"
+step "Debian packages the tests run for real (nginx: the front door tests; haproxy: the balancer test; shellcheck: sanity; nft: the replica firewall check)"
 has() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ]; }
-if ! has shellcheck || ! has nginx || ! has haproxy; then
+if ! has shellcheck || ! has nginx || ! has haproxy || ! has nft; then
   # Installed, not started: the tests start their own nginx and haproxy on
   # free ports, and an nginx on this machine's port 80 would take the lab
   # containers' (they share its network namespace). policy-rc.d keeps the
-  # packages' scripts from starting them.
+  # packages' scripts from starting them. nftables' own unit is disabled by
+  # default and never started here: the test only runs `nft -c -f` in a
+  # network namespace of its own.
   policy=/usr/sbin/policy-rc.d
   made_policy=0
   if [ ! -e "$policy" ]; then printf '#!/bin/sh\nexit 101\n' >"$policy"; chmod 755 "$policy"; made_policy=1; fi
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nginx haproxy shellcheck >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nginx haproxy shellcheck nftables >/dev/null
   [ "$made_policy" = 1 ] && rm -f "$policy"
 fi
 echo "nginx: $(/usr/sbin/nginx -v 2>&1)"

@@ -5,6 +5,7 @@
 import functools
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.multinode import node_serve_args
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.serve_args import (
     check_unit_inputs,
     nvidia_device_nodes,
@@ -31,7 +32,8 @@ def _as_filter_error(name):
 
 
 @_as_filter_error("vllm_serve_argv")
-def _vllm_serve_argv(entry, vllm_bin, model_dir, host="127.0.0.1", model=None, alias=""):
+def _vllm_serve_argv(entry, vllm_bin, model_dir, host="127.0.0.1", model=None, alias="",
+                     node=None):
     return vllm_serve_argv(
         vllm_bin=vllm_bin,
         model_dir=model_dir,
@@ -42,6 +44,7 @@ def _vllm_serve_argv(entry, vllm_bin, model_dir, host="127.0.0.1", model=None, a
         host=host,
         context=f"catalog entry {model}" if model else "catalog entry",
         aliases=[alias] if alias else [],
+        node_args=node_serve_args(entry, node, model),
     )
 
 

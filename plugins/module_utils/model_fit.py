@@ -1086,14 +1086,16 @@ def _layout_warnings(attention, opts, hw, cfg, quant):
     tp = opts["tensor_parallel_size"]
     dp = opts["data_parallel_size"]
     dcp = opts["decode_context_parallel_size"]
-    gpus_needed = tp * dp * opts["pipeline_parallel_size"]
+    nodes = opts.get("nodes", 1)
+    gpus_needed = tp * dp * opts["pipeline_parallel_size"] // nodes
     experts = _num_experts(cfg)
     mla = attention["kind"] in ("MLA", "sparse MLA")
     if gpus_needed > hw["count"]:
+        across = f" on each of {nodes} hosts" if nodes > 1 else ""
         warnings.append(
             f"tensor_parallel_size {tp} x pipeline_parallel_size "
             f"{opts['pipeline_parallel_size']} x data_parallel_size {dp} needs {gpus_needed} "
-            f"GPUs, the host has {hw['count']}"
+            f"GPUs{across}, the host has {hw['count']}"
         )
     if mla and tp > 1 and hw["interconnect"] == "pcie":
         where = ("every rank holds the whole latent cache" if dcp == 1
@@ -1235,7 +1237,9 @@ def _verdict(report):
             f"{margin} bytes per GPU to spare after one"
         )
     if gpus_needed > report["gpus_available"]:
-        return f"does not fit: needs {gpus_needed} GPUs, has {report['gpus_available']}"
+        across = f" on each of {report['nodes']} hosts" if report.get("nodes", 1) > 1 else ""
+        return (f"does not fit: needs {gpus_needed} GPUs{across}, "
+                f"has {report['gpus_available']}")
     return (
         f"does not fit: {-margin} bytes per GPU short of one "
         f"{report['max_model_len']}-token request"
@@ -1294,10 +1298,16 @@ def _all_warnings(context):
 def model_fit(config, *, serve=None, gpu=None, weight_bytes=None, hf_quant_config=None,
               vllm_version=None, verified_sm120_vllm=None, overhead_bytes_per_gpu=None,
               available_kv_bytes=None, verified_vllm=None, min_vllm=None, profile=None,
-              revision=None):
-    """The fit report for one model on one GPU box. Returns a JSON-able dict."""
+              revision=None, nodes=1):
+    """The fit report for one model on one GPU box. Returns a JSON-able dict.
+
+    nodes: the hosts one replica spans (the catalog's `nodes`); the parallel
+    layout's GPUs are split evenly over them, so each host needs
+    tensor x pipeline x data parallel / nodes GPUs of its own.
+    """
     attention = attention_info(config)
     opts = _serve(serve, attention)
+    opts["nodes"] = _nodes(nodes, opts)
     hw = _gpu(gpu)
     cfg = text_config(config)
     overhead, overhead_class, overhead_source = _resolve_overhead(attention,
@@ -1317,7 +1327,7 @@ def model_fit(config, *, serve=None, gpu=None, weight_bytes=None, hf_quant_confi
     layout = kv_layout(attention, opts, kv_dtype, kv_dtype_bytes, ssm_bytes, model_bytes)
     tp, dp, dcp = (opts[k] for k in ("tensor_parallel_size", "data_parallel_size",
                                      "decode_context_parallel_size"))
-    gpus_needed = tp * dp * opts["pipeline_parallel_size"]
+    gpus_needed = tp * dp * opts["pipeline_parallel_size"] // opts["nodes"]
     # Each data-parallel replica holds a full tensor-parallel shard of the
     # weights (with expert parallel the experts spread over tp x dp GPUs, so
     # this is an upper bound when dp > 1).
@@ -1366,6 +1376,8 @@ def model_fit(config, *, serve=None, gpu=None, weight_bytes=None, hf_quant_confi
         "block_size": layout["min_block_size"],
         "weights_bytes_total": weights_total,
         "weights_bytes_per_gpu": weights_per_gpu,
+        "nodes": opts["nodes"],
+        # GPUs each host of the replica needs (all of them when nodes is 1).
         "gpus_needed": gpus_needed,
         "gpus_available": hw["count"],
         "gpu_memory_bytes": hw["memory_total_bytes"],
@@ -1400,6 +1412,18 @@ def model_fit(config, *, serve=None, gpu=None, weight_bytes=None, hf_quant_confi
         report["predicted_vllm_kv_cache_blocks"] = logged["num_blocks"]
         report["predicted_vllm_max_concurrency"] = round(logged["max_concurrency"], 2)
     return report
+
+
+def _nodes(nodes, opts):
+    """The replica's host count, which must split the layout's GPUs evenly."""
+    count = _int(1 if nodes in (None, "") else nodes, "nodes")
+    total = (opts["tensor_parallel_size"] * opts["data_parallel_size"]
+             * opts["pipeline_parallel_size"])
+    if count < 1 or total % count:
+        raise ModelFitError(
+            f"nodes {count} must be 1 or more and divide the layout's {total} GPUs "
+            "(tensor x pipeline x data parallel)")
+    return count
 
 
 def _overhead_source(name):

@@ -148,10 +148,15 @@ def served_names(served_model_name, aliases=None):
 
 
 def vllm_serve_argv(vllm_bin, model_dir, served_model_name, port, options=None,
-                    extra_args=None, host="127.0.0.1", context="catalog entry", aliases=None):
+                    extra_args=None, host="127.0.0.1", context="catalog entry", aliases=None,
+                    node_args=None):
     """The full `vllm serve` argv for one model server.
 
     `aliases`: stable names the server also answers to (served_names()).
+    `node_args`: a multi-node replica's arguments for this host (--nnodes,
+    --node-rank, --master-addr, --master-port, --headless on workers; from
+    module_utils/multinode.py), after the serve options and before extra_args;
+    none for a model on one host, whose argv is then unchanged.
     Every word is checked with unit_text(); an error names the field it came
     from, prefixed with `context` (for example "catalog entry tiny_gqa").
     """
@@ -180,6 +185,8 @@ def vllm_serve_argv(vllm_bin, model_dir, served_model_name, port, options=None,
         except ValueError as exc:
             raise ValueError(f"{context}: serve: {exc}") from None
         fields.append((f"serve.{key}", _option_words(flag, value)))
+    if node_args:
+        fields.append(("replica layout", [str(arg) for arg in node_args]))
     fields.extend((f"extra_args[{index}]", [str(arg)])
                   for index, arg in enumerate(extra_args or []))
     argv = []
