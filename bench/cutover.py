@@ -146,13 +146,18 @@ class Load:
             worker.join(timeout=130)
 
 
-def run_site(inventory, variables):
-    """site.yml through ansible-runner with these extra vars; returns (rc, its events)."""
+def run_site(inventory, variables, cancel_callback=None):
+    """site.yml through ansible-runner with these extra vars; returns (rc, its events).
+
+    cancel_callback: polled while the run goes on; when it returns True the run's
+    whole process group gets SIGKILL (ansible-runner's cancel), a controller that died.
+    """
     with tempfile.TemporaryDirectory() as private:
         runner = ansible_runner.run(
             private_data_dir=private, project_dir=str(ROOT), playbook=str(ROOT / "site.yml"),
             inventory=str(Path(inventory).resolve()), extravars=variables,
-            envvars={"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}, quiet=True)
+            envvars={"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}, quiet=True,
+            cancel_callback=cancel_callback)
         return runner.rc, list(runner.events)
 
 

@@ -33,6 +33,7 @@ import argparse
 import csv
 import http.client
 import io
+import itertools
 import json
 import os
 import sys
@@ -104,13 +105,29 @@ class Sampler:
     def unanswered(self):
         return sum(1 for _t, up in self.samples if up is None)
 
+    def departures(self):
+        """How many times each server left the pool's UP servers, between answered samples."""
+        answered = [set(up) for _t, up in list(self.samples) if up is not None]
+        left = {}
+        for before, after in itertools.pairwise(answered):
+            for server in before - after:
+                left[server] = left.get(server, 0) + 1
+        return left
 
-def roll(inventory, model, extravars):
-    """site.yml over the fleet through ansible-runner: (rc, per-host seconds, failure messages)."""
+    def has_left(self, server):
+        return self.departures().get(server, 0) > 0
+
+
+def roll(inventory, model, extravars, kill_when=None, spans=None):
+    """site.yml over the fleet through ansible-runner: (rc, per-host seconds, failure messages).
+
+    kill_when: polled during the run; True kills the controller (SIGKILL to its process group).
+    spans: the per-host first and last event times of an earlier run, extended by this one.
+    """
     variables = {"model": model}
     variables.update(extravars)
-    rc, events = cutover.run_site(inventory, variables)
-    spans = {}
+    rc, events = cutover.run_site(inventory, variables, cancel_callback=kill_when)
+    spans = {} if spans is None else spans
     failures = []
     for event in events:
         data = event.get("event_data", {})
@@ -123,7 +140,7 @@ def roll(inventory, model, extravars):
         first, last = spans.get(host, (when, when))
         spans[host] = (min(first, when), max(last, when))
     per_host = {h: round(last - first, 1) for h, (first, last) in spans.items()}
-    return rc, per_host, failures
+    return rc, per_host, failures, spans
 
 
 def rate(results, start, end):
@@ -140,7 +157,18 @@ def roll_under_load(args, model, extravars, expect_stop_at=""):
     before_start = time.monotonic()
     time.sleep(args.before)
     roll_start = time.monotonic()
-    rc, per_host, failures = roll(args.inventory, model, extravars)
+    killed = {}
+    if args.kill_controller_once_out:
+        # A controller that dies mid-roll: SIGKILL once the host has left the pool at
+        # the balancer (drained, its switch under way), then the same command again.
+        host = args.kill_controller_once_out
+        first_rc, _per_host, first_failures, spans = roll(
+            args.inventory, model, extravars, kill_when=lambda: sampler.has_left(host))
+        killed = {"host": host, "rc": first_rc, "after_s": round(time.monotonic() - roll_start, 1),
+                  "failures": first_failures}
+        rc, per_host, failures, _spans = roll(args.inventory, model, extravars, spans=spans)
+    else:
+        rc, per_host, failures, _spans = roll(args.inventory, model, extravars)
     roll_end = time.monotonic()
     time.sleep(args.settle)
     load.stop()
@@ -158,8 +186,23 @@ def roll_under_load(args, model, extravars, expect_stop_at=""):
         "capacity_ratio": round(during_rate / before_rate, 2) if before_rate else None,
         "fewest_up": sampler.fewest_up(), "samples": len(sampler.samples),
         "stats_unanswered": sampler.unanswered(), "sampler_errors": sampler.errors,
-        "failures": failures,
+        "failures": failures, "killed": killed, "departures": sampler.departures(),
     }
+
+
+def killed_missed(row, where):
+    """The targets of a roll whose controller was killed (--kill-controller-once-out)."""
+    if not row["killed"]:
+        return []
+    missed = []
+    # ansible-runner's rc for a run it cancelled; anything else: the run ended first
+    if row["killed"]["rc"] != 254:
+        missed.append(f"{where}: the controller was not killed with "
+                      f"{row['killed']['host']} out (first run rc {row['killed']['rc']})")
+    twice = {s: n for s, n in row["departures"].items() if n > 1}
+    if twice:
+        missed.append(f"{where}: hosts taken out of the pool more than once: {twice}")
+    return missed
 
 
 def targets_missed(row, min_requests):
@@ -182,6 +225,7 @@ def targets_missed(row, min_requests):
     if row["stats_unanswered"]:
         missed.append(f"{where}: the balancer's stats did not answer {row['stats_unanswered']} "
                       f"of {row['samples']} samples {row['sampler_errors'][:2]}")
+    missed += killed_missed(row, where)
     if row["fewest_up"] is None or row["fewest_up"] < 1:
         missed.append(f"{where}: the pool had {row['fewest_up']} healthy servers at the balancer "
                       "at one sample; wanted at least 1 at every sample")
@@ -215,6 +259,10 @@ def main():
     parser.add_argument("--extra-vars", default="{}", help="JSON extra vars for site.yml")
     parser.add_argument("--expect-stop-at", default="",
                         help="the host whose failed gate must stop the roll")
+    parser.add_argument("--kill-controller-once-out", metavar="HOST", default="",
+                        help="kill site.yml (SIGKILL) once HOST has left the pool at the balancer, "
+                             "then run it again: the re-run must finish the roll without taking "
+                             "any host out twice")
     parser.add_argument("--direct", help="one host's front door, for the balancer's added latency")
     parser.add_argument("--direct-key", default="", help="the key that front door accepts")
     # The lab's default: 2 clients, 0.5 s apart, about 3 requests/s. On 2 cores a
@@ -248,6 +296,11 @@ def main():
           f"capacity ratio {row['capacity_ratio']}")
     print(f"  pool {args.pool}: fewest servers UP at the balancer {row['fewest_up']} "
           f"over {row['samples']} samples ({row['stats_unanswered']} unanswered)")
+    if row["killed"]:
+        print(f"  controller killed {row['killed']['after_s']} s into the roll, "
+              f"{row['killed']['host']} out of the pool (first run rc {row['killed']['rc']}); "
+              f"the re-run's rc {row['rc']}")
+    print(f"  times each host left the pool: {row['departures'] or 'none'}")
     if row["rc"] != 0:
         print(f"  site.yml's failures: {row['failures'][-3:]}")
     if args.direct:

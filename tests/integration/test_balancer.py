@@ -575,6 +575,16 @@ def test_a_roll_keeps_each_pools_minimum_and_finds_a_servers_pool_by_its_name(tm
                           vllm_balancer_server_state="drained", vllm_balancer_server_min_healthy=1,
                           vllm_balancer_server_leaving=["a1"])
         after_alone = status_of(bal, "default", "a1")
+        # a1 in maintenance (a controller that died mid-roll left it there): a re-run of the
+        # roll over a1 and a2 counts a1 back, a roll over a2 alone does not.
+        floor_rerun = roll_step(tmp_path, bal, doors, floor=True,
+                                vllm_balancer_floor_servers=["a1", "a2"],
+                                vllm_balancer_floor_out_at_once=1,
+                                vllm_balancer_server_min_healthy=1)
+        floor_without = roll_step(tmp_path, bal, doors, floor=True,
+                                  vllm_balancer_floor_servers=["a2"],
+                                  vllm_balancer_floor_out_at_once=1,
+                                  vllm_balancer_server_min_healthy=1)
         ready = roll_step(tmp_path, bal, doors, vllm_balancer_server_name="a1",
                           vllm_balancer_server_state="ready")
         after_ready = status_of(bal, "default", "a1")
@@ -590,6 +600,10 @@ def test_a_roll_keeps_each_pools_minimum_and_finds_a_servers_pool_by_its_name(tm
     assert after_batch == "UP"
     assert alone[0] == 0, alone[1][-3000:]
     assert after_alone == "MAINT"
+    assert floor_rerun[0] == 0, floor_rerun[1][-3000:]
+    assert floor_without[0] == 2
+    assert ("Pool default: 1 of its 2 servers are up (a2), and with 1 of them out at once "
+            "(serial) 0 would stay up") in floor_without[1]
     assert ready[0] == 0, ready[1][-3000:]
     assert after_ready.startswith("UP")
 

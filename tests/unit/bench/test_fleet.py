@@ -163,6 +163,21 @@ def test_sampler_fewest_up_and_unanswered_on_hand_made_samples():
     assert sampler.unanswered() == 2
 
 
+def test_departures_count_each_server_leaving_the_up_servers_between_answered_samples():
+    sampler = fleet.Sampler("http://127.0.0.1:1/stats;csv", "default")
+    assert sampler.departures() == {}
+    assert not sampler.has_left("a")
+    # a leaves, an unanswered sample between does not count as a change, a comes
+    # back; then b leaves and comes back, then a leaves a second time.
+    sampler.samples = [(0.0, ["a", "b"]), (0.5, ["b"]), (1.0, None), (1.5, ["b"]),
+                       (2.0, ["a", "b"]), (2.5, ["a"]), (3.0, ["a", "b"]), (3.5, ["b"]),
+                       (4.0, ["b", "c"])]
+    assert sampler.departures() == {"a": 2, "b": 1}
+    assert sampler.has_left("a")
+    assert sampler.has_left("b")
+    assert not sampler.has_left("c")
+
+
 def test_rate_counts_requests_started_in_the_window_per_second():
     results = [{"start": s} for s in (-0.1, 0.0, 0.5, 1.0, 1.99, 2.0, 3.0)]
     assert fleet.rate(results, 0.0, 2.0) == 2.0  # 0.0, 0.5, 1.0, 1.99: start in, end out
@@ -176,7 +191,7 @@ def test_rate_counts_requests_started_in_the_window_per_second():
 def good_row(**changes):
     row = {"model": "tiny_mla", "rc": 0, "expect_stop_at": "", "sent": 700, "sent_during_roll": 600,
            "failed": 0, "failed_examples": [], "fewest_up": 1, "failures": [], "samples": 400,
-           "stats_unanswered": 0, "sampler_errors": []}
+           "stats_unanswered": 0, "sampler_errors": [], "killed": {}, "departures": {}}
     row.update(changes)
     return row
 
@@ -232,3 +247,19 @@ def test_a_roll_meant_to_stop_must_stop_at_that_host():
         good_row(rc=2, expect_stop_at=stop, failures=stopped, failed=1,
                  failed_examples=["503"]), 500) == [
         "roll to tiny_mla: 1 requests failed (['503'])"]
+
+
+def test_a_killed_controller_must_have_been_killed_and_no_host_out_twice():
+    killed = {"host": "vllm-fleet-h1", "rc": 254, "after_s": 40.2, "failures": []}
+    once = {"vllm-fleet-h1": 1, "vllm-fleet-h2": 1}
+    assert fleet.targets_missed(good_row(killed=killed, departures=once), 500) == []
+    # The first run ended by itself (the host never left while it ran): not the test wanted.
+    ended = dict(killed, rc=0)
+    assert fleet.targets_missed(good_row(killed=ended, departures=once), 500) == [
+        "roll to tiny_mla: the controller was not killed with vllm-fleet-h1 out (first run rc 0)"]
+    # The re-run drained a host the killed run had already taken out and put back.
+    twice = {"vllm-fleet-h1": 2, "vllm-fleet-h2": 1}
+    assert fleet.targets_missed(good_row(killed=killed, departures=twice), 500) == [
+        "roll to tiny_mla: hosts taken out of the pool more than once: {'vllm-fleet-h1': 2}"]
+    # Without a kill, departures are reported only.
+    assert fleet.targets_missed(good_row(departures=twice), 500) == []
