@@ -42,7 +42,9 @@ What vLLM 0.32.0 does with these (the wheel's own source; paths under vllm/):
 So between the replica's hosts: the master port on the head, the data-parallel
 RPC port on the head when data parallel > 1 (serve.py:235-237; its address
 is --master-addr, engine/arg_utils.py:2500-2512), and the
-kernel's ephemeral range (net.ipv4.ip_local_port_range) on every node.
+kernel's ephemeral range (net.ipv4.ip_local_port_range) on every node. And
+one of our own on every node: the rank state port, where each host's nginx
+serves its ranks' states to the replica's other hosts (replica_watch.py).
 
 Standard library only; a filter (plugins/filter/multinode.py) calls it.
 """
@@ -53,6 +55,9 @@ import re
 # vllm/config/parallel.py:316 and :160 (vLLM 0.32.0).
 DEFAULT_MASTER_PORT = 29501
 DEFAULT_DP_RPC_PORT = 29550
+# Each replica host's rank state (nginx, replica_watch.py): below the ephemeral
+# range, apart from vLLM's defaults.
+DEFAULT_STATE_PORT = 29510
 # Linux's default net.ipv4.ip_local_port_range.
 DEFAULT_EPHEMERAL_PORTS = (32768, 60999)
 MAX_PORT = 65535
@@ -60,6 +65,7 @@ MAX_PORT = 65535
 IP_VARIABLE = "vllm_fleet_replica_ip"
 INTERFACE_VARIABLE = "vllm_fleet_replica_interface"
 MASTER_PORT_VARIABLE = "vllm_fleet_replica_master_port"
+STATE_PORT_VARIABLE = "vllm_fleet_replica_state_port"
 # Serve options the replica's layout sets, per node: a catalog entry may not.
 LAYOUT_OPTIONS = ("nnodes", "node_rank", "master_addr", "master_port", "headless",
                   "data_parallel_address", "data_parallel_rank", "data_parallel_start_rank",
@@ -297,25 +303,29 @@ def _hosts(hosts, nodes, context):
     return parsed
 
 
-def _fixed_ports(entry, layout, master_port, ephemeral, context):
-    """The head's fixed ports [(port, why)], checked against each other and the range."""
+def _fixed_ports(entry, layout, master_port, state_port, ephemeral, context):
+    """The fixed ports [(port, why, on the head only)], checked against each other and the
+    range."""
     api_port = entry.get("port")
-    fixed = [(master_port, "master port (torch.distributed store of rank 0)")]
+    fixed = [(master_port, "master port (torch.distributed store of rank 0)", True),
+             (state_port, "rank state port (each host's ranks' states, served by its nginx)",
+              False)]
     if layout["data_parallel_size"] > 1:
         serve = entry.get("serve") or {}
         rpc = serve.get("data_parallel_rpc_port")
         rpc = DEFAULT_DP_RPC_PORT if rpc in (None, "") else _port(
             rpc, f"{context}: serve.data_parallel_rpc_port")
-        fixed.append((rpc, "data-parallel RPC port (engine handshake)"))
+        fixed.append((rpc, "data-parallel RPC port (engine handshake)", True))
     seen = {}
     if api_port not in (None, ""):
         seen[_int(api_port, f"{context}: port")] = "the model's API port (port)"
     low, high = ephemeral
-    for port, why in fixed:
+    for port, why, _head in fixed:
         if port in seen:
             raise ReplicaLayoutError(
                 f"{context}: the replica's {why} {port} is also {seen[port]}; set "
-                f"{MASTER_PORT_VARIABLE} (or serve.data_parallel_rpc_port) to a free port")
+                f"{MASTER_PORT_VARIABLE}, {STATE_PORT_VARIABLE} (or serve.data_parallel_rpc_port) "
+                "to a free port")
         if low <= port <= high:
             raise ReplicaLayoutError(
                 f"{context}: the replica's {why} {port} lies in the ephemeral port range "
@@ -326,14 +336,17 @@ def _fixed_ports(entry, layout, master_port, ephemeral, context):
 
 
 def replica_plan(entry, hosts, master_port=DEFAULT_MASTER_PORT,
-                 ephemeral_ports=DEFAULT_EPHEMERAL_PORTS, model=None):
+                 ephemeral_ports=DEFAULT_EPHEMERAL_PORTS, model=None,
+                 state_port=DEFAULT_STATE_PORT, group=None):
     """Each node's role, vLLM arguments, environment and ports for one replica.
 
     entry: the catalog entry (nodes, serve, env, gpus, port); hosts: the
     replica group's hosts in inventory order, each {name, ip, interface} and
     optionally role (head/worker, checked against the order); master_port:
     the head's torch.distributed port; ephemeral_ports: the hosts'
-    net.ipv4.ip_local_port_range. Returns a JSON-able dict; raises
+    net.ipv4.ip_local_port_range; state_port: where each host serves its
+    ranks' states to the others; group: the inventory group's name (the
+    replica's name in the deployment record). Returns a JSON-able dict; raises
     ReplicaLayoutError naming what is wrong and the variable that fixes it.
     """
     if model is not None and not _MODEL_NAME.fullmatch(str(model)):
@@ -350,8 +363,13 @@ def replica_plan(entry, hosts, master_port=DEFAULT_MASTER_PORT,
     _check_env(entry, context)
     _check_gpus(entry, context, layout["ranks_per_node"])
     master_port = _port(master_port, MASTER_PORT_VARIABLE)
+    state_port = _port(state_port, STATE_PORT_VARIABLE)
+    if state_port == master_port:
+        raise ReplicaLayoutError(
+            f"{context}: the rank state port {state_port} is also the master port; set "
+            f"{STATE_PORT_VARIABLE} or {MASTER_PORT_VARIABLE} to another port")
     ephemeral = port_range(ephemeral_ports)
-    fixed = _fixed_ports(entry, layout, master_port, ephemeral, context)
+    fixed = _fixed_ports(entry, layout, master_port, state_port, ephemeral, context)
     members = _hosts(hosts, nodes, context)
     head = members[0]
     gpus = entry.get("gpus") or []
@@ -368,8 +386,8 @@ def replica_plan(entry, hosts, master_port=DEFAULT_MASTER_PORT,
         env = {"VLLM_HOST_IP": host["ip"], "GLOO_SOCKET_IFNAME": host["interface"]}
         if gpus:
             env["NCCL_SOCKET_IFNAME"] = host["interface"]
-        ports = [{"ports": [port, port], "why": why} for port, why in fixed] if role == HEAD \
-            else []
+        ports = [{"ports": [port, port], "why": why} for port, why, head_only in fixed
+                 if role == HEAD or not head_only]
         ports.append(dict(ephemeral_rule))
         first_rank = rank * layout["ranks_per_node"]
         plan_members.append({
@@ -377,11 +395,34 @@ def replica_plan(entry, hosts, master_port=DEFAULT_MASTER_PORT,
             "ip": host["ip"], "interface": host["interface"], "master_addr": head["ip"],
             "ranks": [first_rank, first_rank + layout["ranks_per_node"] - 1],
             "argv": argv, "env": env, "ports": ports, "peers": peers,
+            "state_url": state_url(host["ip"], state_port, model),
         })
+    for member in plan_members:
+        member["head_state_url"] = plan_members[0]["state_url"]
     return {
-        "model": model, "layout": layout, "head": head["name"], "master_addr": head["ip"],
-        "master_port": master_port, "ephemeral_ports": list(ephemeral), "peers": peers,
-        "members": plan_members,
+        "model": model, "group": group, "layout": layout, "head": head["name"],
+        "master_addr": head["ip"], "master_port": master_port, "state_port": state_port,
+        "ephemeral_ports": list(ephemeral), "peers": peers, "members": plan_members,
+    }
+
+
+def state_url(ip, port, model):
+    """Where a replica host serves a model's rank state (its nginx, replica_watch.py)."""
+    host = f"[{ip}]" if ":" in str(ip) else str(ip)
+    return f"http://{host}:{port}/vllm-fleet/ranks/{model or 'replica'}.json"
+
+
+def record_replica(plan, name):
+    """What the deployment record keeps of host `name`'s place in the replica: the group,
+    its role and rank, the head, and every rank's name, role and state URL (the probe's
+    replica watch reads its peers from it)."""
+    member = replica_node(plan, name)
+    return {
+        "group": plan.get("group"), "role": member["role"], "node_rank": member["node_rank"],
+        "nodes": member["nodes"], "head": plan["head"],
+        "ranks": [{"name": m["name"], "role": m["role"], "node_rank": m["node_rank"],
+                   "ip": m["ip"], "state_url": m["state_url"]} for m in plan["members"]],
+        "peers": list(member["peers"]), "ports": [dict(rule) for rule in member["ports"]],
     }
 
 

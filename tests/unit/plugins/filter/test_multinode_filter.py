@@ -19,7 +19,8 @@ HOSTS = [{"name": "lab1", "ip": "172.31.250.11", "interface": "eth0"},
 
 
 def test_filter_names():
-    assert sorted(FILTERS) == ["replica_firewall", "replica_node", "replica_plan"]
+    assert sorted(FILTERS) == ["record_replica", "replica_firewall", "replica_node",
+                               "replica_plan"]
 
 
 def test_plan_node_and_argv_chain():
@@ -32,7 +33,7 @@ def test_plan_node_and_argv_chain():
                     "--enforce-eager", "--nnodes", "2", "--node-rank", "1", "--master-addr",
                     "172.31.250.11", "--master-port", "29501", "--headless", "--seed", "0"]
     firewall = FILTERS["replica_firewall"](plan, "lab2")
-    assert firewall["ports"] == [[32768, 60999]]
+    assert firewall["ports"] == [[29510, 29510], [32768, 60999]]
 
 
 def test_single_node_argv_is_unchanged_by_an_empty_node():

@@ -19,6 +19,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.multinode import 
     node_serve_args,
     parallel_layout,
     port_range,
+    record_replica,
     replica_firewall,
     replica_node,
     replica_plan,
@@ -32,6 +33,8 @@ GPU_HOSTS = [{"name": "gpu21", "ip": "10.20.0.21", "interface": "ens1f0np0"},
 EPHEMERAL = {"ports": [32768, 60999], "why": "ephemeral ports: gloo/NCCL pair connections and "
              "the ZMQ message queues between ranks"}
 MASTER = {"ports": [29501, 29501], "why": "master port (torch.distributed store of rank 0)"}
+STATE = {"ports": [29510, 29510], "why": "rank state port (each host's ranks' states, served by "
+         "its nginx)"}
 
 
 def catalog_entry(name):
@@ -74,9 +77,13 @@ def test_tiny_gqa_tp2_head_and_headless_worker():
     # CPU entry (no gpus): gloo's interface, no NCCL.
     assert head["env"] == {"VLLM_HOST_IP": "172.31.250.11", "GLOO_SOCKET_IFNAME": "eth0"}
     assert worker["env"] == {"VLLM_HOST_IP": "172.31.250.12", "GLOO_SOCKET_IFNAME": "eth0"}
-    # The head listens on the master port; both on the ephemeral range.
-    assert head["ports"] == [MASTER, EPHEMERAL]
-    assert worker["ports"] == [EPHEMERAL]
+    # The head listens on the master port; both on the rank state port and the ephemeral range.
+    assert head["ports"] == [MASTER, STATE, EPHEMERAL]
+    assert worker["ports"] == [STATE, EPHEMERAL]
+    # Each rank's state, served by its host's nginx to the others (replica_watch.py).
+    assert head["state_url"] == "http://172.31.250.11:29510/vllm-fleet/ranks/tiny_gqa.json"
+    assert worker["state_url"] == "http://172.31.250.12:29510/vllm-fleet/ranks/tiny_gqa.json"
+    assert worker["head_state_url"] == head["state_url"]
     assert head["peers"] == worker["peers"] == ["172.31.250.11", "172.31.250.12"]
     assert worker["master_addr"] == "172.31.250.11"
 
@@ -87,7 +94,8 @@ def test_master_port_and_ephemeral_range_come_from_the_inventory():
     head, worker = plan["members"]
     assert head["argv"][-2:] == ["--master-port", "29600"]
     assert worker["argv"][-3:] == ["--master-port", "29600", "--headless"]
-    assert [rule["ports"] for rule in head["ports"]] == [[29600, 29600], [40000, 50000]]
+    assert [rule["ports"] for rule in head["ports"]] == [[29600, 29600], [29510, 29510],
+                                                          [40000, 50000]]
 
 
 def test_roles_in_the_inventory_that_agree_with_the_order_are_accepted():
@@ -134,11 +142,12 @@ def test_data_parallel_across_nodes_opens_the_rpc_port_on_the_head():
                           enable_expert_parallel=True)
     head, worker = replica_plan(entry, GPU_HOSTS)["members"]
     assert [rule["ports"] for rule in head["ports"]] == [
-        [29501, 29501], [DEFAULT_DP_RPC_PORT, DEFAULT_DP_RPC_PORT], [32768, 60999]]
-    assert worker["ports"] == [EPHEMERAL]
+        [29501, 29501], [29510, 29510], [DEFAULT_DP_RPC_PORT, DEFAULT_DP_RPC_PORT],
+        [32768, 60999]]
+    assert worker["ports"] == [STATE, EPHEMERAL]
     entry["serve"]["data_parallel_rpc_port"] = 13345
     head = replica_plan(entry, GPU_HOSTS)["members"][0]
-    assert head["ports"][1]["ports"] == [13345, 13345]
+    assert head["ports"][2]["ports"] == [13345, 13345]
 
 
 def test_a_data_parallel_replica_may_span_two_nodes():
@@ -275,6 +284,11 @@ def test_gpus_list_one_hosts_ranks():
     ({"master_port": 0}, "vllm_fleet_replica_master_port must be a port 1-65535, got 0"),
     ({"master_port": "x"}, "vllm_fleet_replica_master_port must be an integer, got 'x'"),
     ({"ephemeral_ports": "60999-32768"}, "ephemeral port range runs backwards: 60999-32768"),
+    ({"state_port": 29501}, "the rank state port 29501 is also the master port"),
+    ({"state_port": 8001}, ("the replica's rank state port (each host's ranks' states, served by "
+                            "its nginx) 8001 is also the model's API port (port)")),
+    ({"state_port": 50000}, ("rank state port (each host's ranks' states, served by its nginx) "
+                            "50000 lies in the ephemeral port range")),
 ])
 def test_ports_must_be_free_of_each_other_and_the_ephemeral_range(kwargs, message):
     assert message in _refused(**kwargs)
@@ -357,11 +371,13 @@ def test_firewall_of_the_head_and_of_the_worker():
     assert head == {
         "host": "lab1", "replicas": ["tiny_gqa"],
         "peers_v4": ["172.31.250.11", "172.31.250.12"], "peers_v6": [],
-        "ports": [[29501, 29501], [32768, 60999]],
+        "ports": [[29501, 29501], [29510, 29510], [32768, 60999]],
         "why": ["tiny_gqa head: 29501 master port (torch.distributed store of rank 0)",
+                ("tiny_gqa head: 29510 rank state port (each host's ranks' states, served by its "
+                "nginx)"),
                 ("tiny_gqa head: 32768-60999 ephemeral ports: gloo/NCCL pair connections and the "
                  "ZMQ message queues between ranks")]}
-    assert replica_firewall([plan], "lab2")["ports"] == [[32768, 60999]]
+    assert replica_firewall([plan], "lab2")["ports"] == [[29510, 29510], [32768, 60999]]
 
 
 def test_a_host_in_two_replicas_opens_both_to_both_peer_sets():
@@ -375,12 +391,35 @@ def test_a_host_in_two_replicas_opens_both_to_both_peer_sets():
     assert firewall["peers_v4"] == ["172.31.250.11", "172.31.250.12"]
     assert firewall["peers_v6"] == ["fd00::13"]
     # lab2: worker of tiny_gqa, head of tiny_mla (master port 29502).
-    assert firewall["ports"] == [[29502, 29502], [32768, 60999]]
+    assert firewall["ports"] == [[29502, 29502], [29510, 29510], [32768, 60999]]
 
 
 def test_ranges_that_touch_or_overlap_are_merged():
     plan = replica_plan(tiny_gqa_tp2(), LAB, master_port=32767, ephemeral_ports="32768-60999")
-    assert replica_firewall(plan, "lab1")["ports"] == [[32767, 60999]]
+    assert replica_firewall(plan, "lab1")["ports"] == [[29510, 29510], [32767, 60999]]
+
+
+def test_the_record_keeps_each_ranks_name_role_and_state_url():
+    plan = replica_plan(tiny_gqa_tp2(), LAB, model="tiny_gqa", group="replica_a")
+    worker = record_replica(plan, "lab2")
+    assert worker == {
+        "group": "replica_a", "role": "worker", "node_rank": 1, "nodes": 2, "head": "lab1",
+        "ranks": [
+            {"name": "lab1", "role": "head", "node_rank": 0, "ip": "172.31.250.11",
+             "state_url": "http://172.31.250.11:29510/vllm-fleet/ranks/tiny_gqa.json"},
+            {"name": "lab2", "role": "worker", "node_rank": 1, "ip": "172.31.250.12",
+             "state_url": "http://172.31.250.12:29510/vllm-fleet/ranks/tiny_gqa.json"}],
+        "peers": ["172.31.250.11", "172.31.250.12"], "ports": [STATE, EPHEMERAL]}
+    assert record_replica(plan, "lab1")["ports"] == [MASTER, STATE, EPHEMERAL]
+    with pytest.raises(ReplicaLayoutError, match="host lab3 is not in the replica"):
+        record_replica(plan, "lab3")
+
+
+def test_an_ipv6_rank_state_url_brackets_the_address():
+    hosts = [{"name": "a", "ip": "fd00::11", "interface": "eth0"},
+             {"name": "b", "ip": "fd00::12", "interface": "eth0"}]
+    plan = replica_plan(tiny_gqa_tp2(), hosts, model="tiny_gqa", state_port=29600)
+    assert plan["members"][1]["state_url"] == "http://[fd00::12]:29600/vllm-fleet/ranks/tiny_gqa.json"
 
 
 def test_firewall_needs_a_plan_with_the_host():
