@@ -22,6 +22,12 @@ A unit that is inactive or failed while the record names it active counts as
 a failed probe (vLLM's API server exits with status 0 once its engine died,
 so `Restart=on-failure` does not bring it back).
 
+A rank of a multi-node replica (the record's active names a `replica`) is
+watched with its peers as well (replica_watch.py): the head restarts at once
+when a worker that joined it stopped or started again; a worker follows its
+head (stops when the head stopped, restarts or starts when the head started
+again) and is never probed or restarted on its own.
+
 Everything that touches the host (commands, HTTP, clocks) is a parameter.
 """
 
@@ -34,6 +40,7 @@ import sys
 import time
 
 try:
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils import replica_watch
     from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import (
         check_once,
         urllib_request,
@@ -43,10 +50,13 @@ try:
         in_progress,
     )
 except ImportError:  # on the host: shipped beside health.py and switch_lock.py by vllm_service
+    import replica_watch  # type: ignore[no-redef]
     from health import check_once, urllib_request  # type: ignore[no-redef]
     from switch_lock import describe, in_progress  # type: ignore[no-redef]
 
 OK, FAILED, SKIPPED, RESTARTED, IDLE = "ok", "failed", "skipped", "restarted", "idle"
+# A replica's worker started or stopped by its watch (replica_watch.py).
+STARTED, STOPPED = "started", "stopped"
 SHOW = ("LoadState", "ActiveState", "SubState", "InvocationID", "ActiveEnterTimestampMonotonic")
 TRANSITIONS = ("activating", "deactivating", "reloading", "refreshing")
 
@@ -55,7 +65,8 @@ class Settings:
     """How the probe decides (the probe service's command line)."""
 
     def __init__(self, record, state_file, marker=None, failures=3, marker_max_age_s=7200.0,
-                 timeout_s=30.0, smoke_prompt="Hello", lock=None):
+                 timeout_s=30.0, smoke_prompt="Hello", lock=None,
+                 rank_dir=replica_watch.RANK_DIR):
         self.record = record
         self.state_file = state_file
         self.marker = marker
@@ -64,6 +75,7 @@ class Settings:
         self.marker_max_age_s = float(marker_max_age_s)
         self.timeout_s = float(timeout_s)
         self.smoke_prompt = smoke_prompt
+        self.rank_dir = rank_dir
 
 
 class Outcome:
@@ -185,9 +197,11 @@ def decide(settings, record, state, *, run_command, request, wall, monotonic, st
         return Outcome(SKIPPED, f"{unit}: {note}", dict(state, failures=0))
     notes = [note] if note else []
     props, error = show(unit, run_command)
-    skip = _unit_skip(unit, props, error, state)
-    if skip is not None:
-        return skip
+    # Not probed now (systemd cannot say, or is acting on it), or a replica's watch acted.
+    settled = (_unit_skip(unit, props, error, state)
+               or _replica_watch(settings, active, props, state, notes, request, run_command))
+    if settled is not None:
+        return settled
     if props.get("ActiveState") == "active":
         settled, why = _probe_active(settings, active, props, state, request, monotonic)
         if settled is not None:
@@ -209,6 +223,54 @@ def decide(settings, record, state, *, run_command, request, wall, monotonic, st
         verdict, line = RESTARTED, (f"restarting {unit}: {failures} failed probes in a row, "
                                     f"the last: {unit} {why}")
     return Outcome(verdict, "; ".join([*notes, line]), state)
+
+
+def _replica_watch(settings, active, props, state, notes, request, run_command):
+    """A replica's rank: the worker's whole run, or the head's watch of its workers (an
+    Outcome when it acts). None: probe the model as on one host. Updates state and notes."""
+    role = (active.get("replica") or {}).get("role")
+    read = _rank_reader(request, settings.timeout_s)
+    if role == replica_watch.WORKER:
+        return _worker_watch(settings, active, props, state, notes, read, run_command)
+    if role != replica_watch.HEAD or props.get("ActiveState") != "active":
+        return None
+    watched = replica_watch.decide_head(active, props, state.get("replica") or {}, read)
+    state["replica"] = watched.state
+    notes += watched.notes
+    if not watched.verb:
+        return None
+    return _act(watched.verb, active["unit"], watched.why,
+                dict(state, failures=0, healthy_invocation=None), notes, run_command, RESTARTED)
+
+
+def _rank_reader(request, timeout_s):
+    def read(url):
+        return replica_watch.read_rank(url, request=request,
+                                       timeout=min(timeout_s, replica_watch.READ_TIMEOUT_S))
+    return read
+
+
+def _act(verb, unit, why, state, notes, run_command, done):
+    """`systemctl <verb> --no-block unit` for a replica watch; the Outcome says why."""
+    rc, out, err = run_command(["systemctl", verb, "--no-block", unit])
+    if rc != 0:
+        line = f"{unit}: {why}; systemctl {verb} failed (rc={rc}): {(err or out).strip()}"
+        return Outcome(FAILED, "; ".join([*notes, line]), state)
+    doing = {"start": "starting", "stop": "stopping"}.get(verb, "restarting")
+    return Outcome(done, "; ".join([*notes, f"{doing} {unit}: {why}"]), state)
+
+
+def _worker_watch(settings, active, props, state, notes, read, run_command):
+    """A replica's worker: it serves no API of its own; it follows its head."""
+    unit = active["unit"]
+    mine = replica_watch.read_local(replica_watch.rank_file(active["model"], settings.rank_dir))
+    decision = replica_watch.decide_worker(active, props, mine, read)
+    state = dict(state, failures=0)
+    notes = notes + decision.notes
+    if decision.verb:
+        done = {"start": STARTED, "stop": STOPPED}.get(decision.verb, RESTARTED)
+        return _act(decision.verb, unit, decision.why, state, notes, run_command, done)
+    return Outcome(SKIPPED if notes else OK, "; ".join(f"{unit}: {note}" for note in notes), state)
 
 
 def write_state(path, state):

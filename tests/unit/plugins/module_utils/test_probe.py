@@ -244,7 +244,7 @@ def test_the_shipped_script_runs_alone_beside_health_py(files, tmp_path):
     root = Path(probe.__file__).parent
     folder = tmp_path / "lib"
     folder.mkdir()
-    for name in ("probe.py", "health.py", "switch_lock.py"):
+    for name in ("probe.py", "health.py", "switch_lock.py", "replica_watch.py"):
         (folder / name).write_text((root / name).read_text())
     Path(files["record"]).write_text(json.dumps({"active": None}))
     proc = subprocess.run(
