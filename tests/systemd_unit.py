@@ -76,9 +76,23 @@ def _template():
     return env.from_string(TEMPLATE.read_text())
 
 
+@functools.cache
+def _role_vars_text():
+    return (ROLE / "vars" / "main.yml").read_text()
+
+
+def role_vars(model):
+    """The role's vars (its internal paths), the templated ones resolved for `model`."""
+    found = {key: value for key, value in yaml.safe_load(_role_vars_text()).items()
+             if not (isinstance(value, str) and "{{" in value)}
+    found["vllm_service_unit"] = f"vllm-{model}.service"
+    return found
+
+
 def render_unit(entry, model="tiny_gqa", **overrides):
-    """The unit text the role writes for entry, with the role's defaults."""
+    """The unit text the role writes for entry, with the role's defaults and vars."""
     variables = role_defaults()
+    variables.update(role_vars(model))
     variables.update(ansible_managed="Ansible managed", vllm_service_model=model,
                      vllm_service_entry=entry, vllm_service_vllm_bin=VLLM,
                      vllm_service_model_dir="/srv/models/vllm-fleet-lab/tiny-gqa")

@@ -30,6 +30,9 @@ ROLE = ROOT / "roles" / "vllm_service"
 LAB = [{"name": "lab1", "ip": "172.31.250.11", "interface": "eth0"},
        {"name": "lab2", "ip": "172.31.250.12", "interface": "eth0"}]
 MODEL_DIR = "/srv/models/vllm-fleet-lab/tiny-gqa"
+PUBLISH = "/usr/bin/python3 -E -s /usr/local/lib/vllm-fleet/probe/replica_watch.py publish"
+RANK = ["--file", "/run/vllm-fleet/ranks/tiny_gqa.json", "--model", "tiny_gqa", "--unit",
+        "vllm-tiny_gqa.service", "--role"]
 
 
 def tiny_gqa_tp2():
@@ -73,6 +76,14 @@ def test_head_unit_serves_the_api_with_rank_0(plan):
     env = environment(unit)
     assert (env["VLLM_HOST_IP"], env["GLOO_SOCKET_IFNAME"]) == ("172.31.250.11", "eth0")
     assert "NCCL_SOCKET_IFNAME" not in env
+    # Its rank state, written as root before each start and after each stop, never failing it.
+    assert service["Service.ExecStartPre"] == [
+        "-+" + " ".join([PUBLISH, "started", *RANK, "head"])]
+    assert service["Service.ExecStopPost"] == [
+        "-+" + " ".join([PUBLISH, "stopped", *RANK, "head"])]
+    # The head restarts on a crash (its workers follow it); shared memory goes with the unit.
+    assert service["Service.Restart"] == ["on-failure"]
+    assert service["Service.RemoveIPC"] == ["yes"]
 
 
 def test_worker_unit_is_headless_with_its_own_address(plan):
@@ -85,6 +96,22 @@ def test_worker_unit_is_headless_with_its_own_address(plan):
     assert argv[-9:] == ["--nnodes", "2", "--node-rank", "1", "--master-addr", "172.31.250.11",
                          "--master-port", "29501", "--headless"]
     assert environment(unit)["VLLM_HOST_IP"] == "172.31.250.12"
+    # A worker's start reads the head's rank state: which start of the head it joins.
+    assert service["Service.ExecStartPre"] == [
+        "-+" + " ".join([PUBLISH, "started", *RANK, "worker", "--head-url",
+                         "http://172.31.250.11:29510/vllm-fleet/ranks/tiny_gqa.json"])]
+    assert service["Service.ExecStopPost"] == [
+        "-+" + " ".join([PUBLISH, "stopped", *RANK, "worker"])]
+    # Never restarted alone by systemd: its host's probe restarts it with its head.
+    assert service["Service.Restart"] == ["no"]
+    assert service["Service.RemoveIPC"] == ["yes"]
+
+
+def test_a_single_host_unit_publishes_no_rank_state():
+    service = parsed(render_unit(tiny_gqa_entry()))
+    assert "Service.ExecStartPre" not in service
+    assert "Service.RemoveIPC" not in service
+    assert service["Service.Restart"] == ["on-failure"]
 
 
 def test_a_multi_node_entry_without_its_node_is_not_rendered():
@@ -119,7 +146,7 @@ def test_head_ruleset_opens_the_master_port_and_ephemeral_range_to_the_peers_onl
         "table inet vllm_fleet_replicas {",
         "set peers_v4 {", "type ipv4_addr", "elements = { 172.31.250.11, 172.31.250.12 }", "}",
         "set ports {", "type inet_service", "flags interval",
-        "elements = { 29501, 32768-60999 }", "}",
+        "elements = { 29501, 29510, 32768-60999 }", "}",
         "chain input {",
         "type filter hook input priority filter; policy accept;",
         'iif "lo" accept',
@@ -135,7 +162,7 @@ def test_worker_ruleset_with_ipv6_peers_too(plan):
                          master_port=29502, model="tiny_mla")
     lines = ruleset_lines(render_firewall(replica_firewall([plan, other], "lab2")))
     assert "elements = { fd00::13 }" in lines
-    assert "elements = { 29502, 32768-60999 }" in lines
+    assert "elements = { 29502, 29510, 32768-60999 }" in lines
     assert lines.index("ip6 saddr @peers_v6 tcp dport @ports accept") < lines.index(
         "tcp dport @ports counter drop")
 
