@@ -273,10 +273,23 @@ class UnitGate:
         svc["startup_stall_s"] seconds fails the gate at stage `stall` without waiting
         for svc["startup_timeout_s"], which stays the outer bound.
         """
+        baseline, started_wall = self.launch(svc, verb, wall)
+        return self.watch(svc, baseline, started_wall, role)
+
+    def launch(self, svc, verb="start", wall=time.time):
+        """Start (or restart) `svc` without waiting: (systemd's restart count before, wall time)."""
         self.systemd.try_act("reset-failed", svc["unit"])
         baseline = int(self.systemd.show(svc["unit"]).get("NRestarts") or 0)
         started_wall = wall()
         self.systemd.act(verb, svc["unit"])
+        return baseline, started_wall
+
+    def watch(self, svc, baseline, started_wall, role="green", peers_alive=None):
+        """Wait for the gate of `svc`, launched at `started_wall` with `baseline` restarts.
+
+        peers_alive: optional, returns (True, "") or (False, why) - a multi-node replica's
+        head also fails its gate at once when a worker that joined it stopped.
+        """
         process_alive = self._alive(svc["unit"], baseline)
         journal = JournalFollower(self.systemd, svc["unit"], started_wall - 1, self.clock,
                                   keep=self.journal_lines)
@@ -290,6 +303,10 @@ class UnitGate:
             up, why = process_alive()
             if not up:
                 return up, why, "process"
+            if peers_alive is not None:
+                up, why = peers_alive()
+                if not up:
+                    return up, why, "replica"
             up, why = stall_check(journal, svc.get("startup_stall_s"), svc["unit"])
             return up, why, "stall"
 

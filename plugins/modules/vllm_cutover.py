@@ -194,6 +194,36 @@ options:
       - Seconds to wait for a switch in progress before failing without a change. Unset, twice
         O(startup_timeout) plus O(drain_timeout) plus 300 (a switch that rolls back starts two models).
     type: int
+  phase:
+    description:
+      - V(switch) (the default) - the whole switch on this host, as described above.
+      - The other values are one host's part in a switch in which a multi-node replica takes part
+        (as green, O(replica), or as blue, the record's), run by the controller phase by phase over
+        every host of the switch (the vllm_model role's C(cutover_replica.yml)) - V(plan) (reads
+        only; none, commit or switch), V(stop) (front door to 503, drain and stop blue), V(start)
+        (point the model link, start O(target)'s unit), V(gate) (O(target)'s gate on a head or a
+        single host; fails at once when a worker that joined the head stops), V(commit) (green
+        becomes the recorded active model), V(unwind) (stop green after a failed start or gate),
+        V(release) (end an unwound switch).
+      - From V(stop) to V(commit) or V(release) the host's O(switch_marker) stays, so its probe
+        leaves the units alone between phases.
+    type: str
+    choices: [switch, plan, stop, start, gate, commit, unwind, release]
+    default: switch
+  target:
+    description: Whose unit V(start) and V(gate) act on - green, or blue (the record's active model, after an unwind).
+    type: str
+    choices: [green, blue]
+    default: green
+  replica:
+    description:
+      - This host's place in green's multi-node replica (the filter
+        P(vllm_fleet.fleet.record_replica#filter) of the replica's plan) - C(group), C(role) (V(head)
+        or V(worker)), C(node_rank), C(nodes), C(head), C(ranks) (each C(name), C(role), C(ip),
+        C(state_url)). Written into the record with green. Omit for a model this host serves alone.
+      - A worker serves no API - its gate is that its unit runs; the head's gate fails at once when a
+        worker's published rank state says it stopped after joining the head's start.
+    type: dict
 attributes:
   check_mode:
     support: full
@@ -222,6 +252,18 @@ EXAMPLES = r"""
     record:
       repo_id: MiniMaxAI/MiniMax-M2.5
       revision: 0123456789abcdef0123456789abcdef01234567
+
+- name: A multi-node replica's head - start its unit (the workers start next), then its gate
+  vllm_fleet.fleet.vllm_cutover:
+    phase: "{{ item }}"
+    model: tiny_gqa
+    unit: vllm-tiny_gqa.service
+    url: http://127.0.0.1:8001
+    served_model_name: tiny-gqa
+    port: 8001
+    replica: "{{ plan | vllm_fleet.fleet.record_replica(inventory_hostname) }}"
+    switch_marker: /run/vllm-fleet/switching.json
+  loop: [start, gate]
 """
 
 RETURN = r"""
@@ -296,12 +338,45 @@ journal:
   returned: on failure
   type: list
   elements: str
+phase:
+  description: The phase run, when O(phase) is not V(switch).
+  returned: when O(phase) is not V(switch)
+  type: str
+role:
+  description: This host's part in green (V(plan), V(commit)) or in O(target) (V(start), V(gate)) - head, worker or single.
+  returned: when O(phase) is plan, start, gate or commit
+  type: str
+blue_role:
+  description: This host's part in blue, the recorded active model - head, worker, single, or null when none.
+  returned: when O(phase) is plan
+  type: str
+ok:
+  description: Whether O(target) passed its gate (a worker - whether its unit runs).
+  returned: when O(phase) is gate
+  type: bool
+invocation:
+  description: systemd's InvocationID of the unit V(start) started (a worker joins its head's).
+  returned: when O(phase) is start and a unit was started
+  type: str
+stopped:
+  description: The units V(stop) stopped (V(unwind) - green's unit, when it stopped it).
+  returned: when O(phase) is stop or unwind
+  type: raw
+blue_health:
+  description: The gate's outcome for blue, when O(target) is blue.
+  returned: when O(phase) is gate and O(target) is blue
+  type: dict
 """
 
+import contextlib
 import json
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import gpu_facts, switch_lock
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils import (
+    gpu_facts,
+    replica_cutover,
+    switch_lock,
+)
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import record as records
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.cutover import (
     Cutover,
@@ -364,6 +439,10 @@ def main():
             "lock_file": {"type": "path", "default": switch_lock.LOCK_FILE},
             "lock_timeout": {"type": "int"},
             "switch_marker": {"type": "path"},
+            "phase": {"type": "str", "default": "switch",
+                      "choices": ["switch", *replica_cutover.PHASES]},
+            "target": {"type": "str", "default": "green", "choices": ["green", "blue"]},
+            "replica": {"type": "dict"},
         },
         supports_check_mode=True,
     )
@@ -384,6 +463,8 @@ def main():
     for key in ("model_dir", "model_link"):
         if p[key]:
             green[key] = p[key]
+    if p["replica"]:
+        green["replica"] = p["replica"]
 
     def run_command(argv):
         if argv and argv[0] in binaries:
@@ -410,6 +491,9 @@ def main():
         return Cutover(Host(run_command), green, p["state_file"], settings, frontdoor=frontdoor,
                        gpu_processes=gpu_reader(module, p["gpu_facts_fixture_dir"]))
 
+    if p["phase"] != "switch":
+        module.exit_json(**_run_phase(module, p, lambda: replica_cutover.RankSwitch(
+            Host(run_command), green, p["state_file"], settings, frontdoor=frontdoor)))
     result = _run(module, p, cutover_for)
     if module._diff:  # noqa: SLF001 - how modules read --diff
         result["diff"] = {
@@ -449,6 +533,37 @@ def _run(module, p, cutover_for):
         module.fail_json(msg=f"cutover to {p['model']} did not start: {exc.msg}",
                          changed=False, waited_for_switch=exc.holder)
     return None  # not reached: fail_json exits
+
+
+def _run_phase(module, p, switch_for):
+    """One phase of a replica switch: plan reads only; the others under the switch lock."""
+    if module.check_mode and p["phase"] != "plan":
+        return {"phase": p["phase"], "changed": False,
+                "msg": f"check mode: phase {p['phase']} is not run (only plan is)"}
+    lock_timeout = p["lock_timeout"]
+    if lock_timeout is None:
+        lock_timeout = 2 * p["startup_timeout"] + int(p["drain_timeout"]) + 300
+    try:
+        with contextlib.ExitStack() as stack:
+            if p["phase"] != "plan":
+                stack.enter_context(switch_lock.switch_lock(p["lock_file"], p["model"],
+                                                            lock_timeout))
+            result = switch_for().run(p["phase"], records.load(p["state_file"]), p["target"])
+    except switch_lock.SwitchBusyError as exc:
+        module.fail_json(msg=f"phase {p['phase']} of the switch to {p['model']} did not start: "
+                             f"{exc.msg}", changed=False, waited_for_switch=exc.holder)
+    except records.RecordError as exc:
+        module.fail_json(msg=str(exc), changed=False)
+    except CutoverError as exc:
+        fields = dict(exc.fields)
+        fields.pop("changed", None)
+        module.fail_json(msg=f"phase {p['phase']} of the switch to {p['model']}: {exc.msg}",
+                         changed=p["phase"] != "plan", phase=p["phase"], **fields)
+    if p["phase"] == "gate" and not result.get("ok"):
+        health = result.get("green_health") or result.get("blue_health") or {}
+        module.fail_json(msg=f"{p['target']} {result.get('model')} failed its gate on this host "
+                             f"at {health.get('stage')}: {health.get('detail')}", **result)
+    return result
 
 
 def _plan_or_fail(module, cutover_for, p, waited=None):

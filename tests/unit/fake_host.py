@@ -90,15 +90,20 @@ class FakeUnit:
         self.enabled = active
         self.main_pid = 4242 if active else 0
         self.started_at = 0.0 if active else None
+        # systemd's InvocationID: a new one for every start
+        self.invocation = f"{name}-inv-0" if active else ""
+        self.starts = 0
 
     def props(self):
         if not self.installed:
             return {"LoadState": "not-found", "ActiveState": "inactive", "SubState": "dead",
-                    "NRestarts": "0", "UnitFileState": "", "MainPID": "0", "ControlGroup": ""}
+                    "NRestarts": "0", "UnitFileState": "", "MainPID": "0", "ControlGroup": "",
+                    "InvocationID": ""}
         return {"LoadState": "loaded", "ActiveState": self.active_state,
                 "SubState": self.sub_state, "NRestarts": str(self.n_restarts),
                 "UnitFileState": "enabled" if self.enabled else "disabled",
-                "MainPID": str(self.main_pid), "ControlGroup": self.cgroup()}
+                "MainPID": str(self.main_pid), "ControlGroup": self.cgroup(),
+                "InvocationID": self.invocation}
 
     def cgroup(self):
         """systemd's ControlGroup: set while the unit has processes, empty once it stopped."""
@@ -288,6 +293,8 @@ class FakeHost:
         if restart and unit.behaviour_after_restart is not None:
             unit.behaviour = unit.behaviour_after_restart
         unit.started_at = self.now
+        unit.starts += 1
+        unit.invocation = f"{unit.name}-inv-{unit.starts}"
         unit.main_pid = 5000 + len(self.calls)
         if unit.behaviour == CRASH:
             unit.active_state, unit.sub_state, unit.main_pid = "failed", "failed", 0

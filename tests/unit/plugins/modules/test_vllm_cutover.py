@@ -410,3 +410,50 @@ def test_a_switch_in_progress_past_the_wait_fails_without_a_change(world, capsys
     # Check mode does not wait: it plans from the record as it is and names the switch.
     assert (check["rc"], check["action"]) == (0, "switch")
     assert check["waited_for_switch"]["waited_s"] == 0.0
+
+
+# -- one host's phases of a replica switch (module_utils/replica_cutover.py) ---------------------
+REPLICA_HEAD = {"group": "lab_replica", "role": "head", "node_rank": 0, "nodes": 2,
+                "head": "h1", "ranks": [{"name": "h1", "role": "head", "state_url": ""},
+                                        {"name": "h2", "role": "worker", "state_url": ""}]}
+
+
+def test_the_phases_of_a_replica_head_through_the_module(world, capsys, tmp_path):
+    write_record(str(world.state_file), {"active": world.blue, "previous": None, "history": []})
+    marker = str(tmp_path / "run" / "switching.json")
+    args = dict(world.args, replica=REPLICA_HEAD, switch_marker=marker)
+    plan = run_module(capsys, dict(args, phase="plan", _ansible_check_mode=True))
+    assert (plan["rc"], plan["action"], plan["role"], plan["blue_role"]) == (
+        0, "switch", "head", "single")
+    assert plan["green_ranks"] == ["h1", "h2"]
+    # The other phases are not run in check mode.
+    skipped = run_module(capsys, dict(args, phase="stop", _ansible_check_mode=True))
+    assert (skipped["changed"], skipped["msg"]) == (
+        False, "check mode: phase stop is not run (only plan is)")
+    assert world.units[B].active_state == "active"
+    stop = run_module(capsys, dict(args, phase="stop"))
+    assert (stop["rc"], stop["stopped"]) == (0, [B])
+    start = run_module(capsys, dict(args, phase="start"))
+    assert (start["rc"], start["started"], start["invocation"]) == (0, G, f"{G}-inv-1")
+    gate = run_module(capsys, dict(args, phase="gate"))
+    assert (gate["rc"], gate["ok"], gate["green_health"]["stage"]) == (0, True, "ok")
+    commit = run_module(capsys, dict(args, phase="commit"))
+    assert (commit["rc"], commit["changed"]) == (0, True)
+    saved = json.loads(world.state_file.read_text())
+    assert saved["active"]["replica"] == REPLICA_HEAD
+    assert saved["previous"]["model"] == "blue"
+    assert not (tmp_path / "run" / "switching.json").exists()
+
+
+def test_a_failed_gate_phase_fails_the_task_with_the_stage(world, capsys, tmp_path):
+    write_record(str(world.state_file), {"active": world.blue, "previous": None, "history": []})
+    world.units[G].behaviour = CRASH
+    args = dict(world.args, replica=REPLICA_HEAD,
+                switch_marker=str(tmp_path / "run" / "switching.json"))
+    for phase in ("stop", "start"):
+        assert run_module(capsys, dict(args, phase=phase))["rc"] == 0
+    gate = run_module(capsys, dict(args, phase="gate"))
+    assert (gate["rc"], gate["failed"], gate["ok"]) == (1, True, False)
+    assert gate["msg"] == (f"green green@bbbbbbbbbbbb failed its gate on this host at process: "
+                           f"{G} failed (failed)")
+    assert gate["journal"] == JOURNAL

@@ -1,0 +1,374 @@
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
+"""A switch in which a multi-node replica takes part, as green or as blue: one host's part.
+
+A multi-node replica (a catalog entry with nodes > 1) is one blue or one green
+across its hosts: its head cannot start without its workers, and a worker left
+running hangs the head's next start. No host can switch it alone, so the
+controller runs the switch phase by phase over every host of the switch
+(roles/vllm_model/tasks/cutover_replica.yml), each phase on all of them
+before the next:
+
+  plan     (check mode) each host: none (serving green as recorded), commit
+           (green runs, the record or front door lags: a controller died after
+           the gate) or switch
+  stop     each host: the switch marker, the front door to 503 (switching),
+           blue drained where it serves an API, blue's unit stopped (and a
+           green left running by a dead controller)
+  start    the heads and single hosts first, then the workers: the model link
+           pointed, green's unit started (a worker's unit joins the head's start)
+  gate     the heads and single hosts: green's gate (health, model list, one
+           completion; the completion is what catches a dead worker), failing
+           at once when a worker that joined the head stopped
+  commit   each host: green enabled, blue disabled, the record, the front door
+           to green (heads, single hosts) or unavailable (workers); marker off
+and when a start or a gate failed:
+  unwind   each host: green's unit stopped
+  start, gate with target blue (the record's active model on each host:
+           single hosts and replica ranks alike), then
+  release  each host: a front door still switching says unavailable; marker off
+
+Roles: a host's part in a model is `head` or `worker` (its record's or the
+request's `replica`), else `single`. The switch marker (the probe keeps off
+while it exists) is held from `stop` to `commit` or `release`, across phases;
+it carries when each unit was started, for the gate. Each phase holds the
+host's switch lock (the module) while it runs. A controller that dies between
+phases leaves the record as it was: a re-run plans again from it and either
+finishes (commit, when green's ranks run and its head passes) or switches
+again, so every rank ends on one revision behind a passed gate, or blue is back.
+"""
+
+import contextlib
+import json
+import os
+
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils import record as records
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils import replica_watch
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.cutover import (
+    CutoverError,
+    Settings,
+    label,
+    link_target,
+    point_link,
+    revision_changed,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import (
+    FrontDoorError,
+    drain,
+    record_metrics,
+    write_atomic,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import check_once
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.units import (
+    StartProgress,
+    Systemd,
+    UnitError,
+    UnitGate,
+)
+
+PHASES = ("plan", "stop", "start", "gate", "commit", "unwind", "release")
+HEAD, WORKER, SINGLE = replica_watch.HEAD, replica_watch.WORKER, "single"
+
+
+def role_of(svc):
+    """`head`, `worker` or `single` (a model served by this host alone); None without one."""
+    if not svc:
+        return None
+    return (svc.get("replica") or {}).get("role") or SINGLE
+
+
+def serves_api(svc):
+    return role_of(svc) in (HEAD, SINGLE)
+
+
+def workers_of(svc):
+    """The replica's workers (name, state_url) as `svc` records them; [] for a single host."""
+    return [rank for rank in (svc.get("replica") or {}).get("ranks") or []
+            if rank.get("role") == WORKER]
+
+
+class RankSwitch:
+    """One host's part in a replica switch to `green` (a dict like vllm_cutover's green, with
+    `replica` - record_replica of the plan - when green is a multi-node rank here)."""
+
+    def __init__(self, host, green, state_file, settings=None, frontdoor=None, rank_reader=None):
+        self.host = host
+        self.green = green
+        self.state_file = state_file
+        self.settings = settings or Settings()
+        self.frontdoor = frontdoor
+        self.read_rank = rank_reader or (
+            lambda url: replica_watch.read_rank(url, request=host.request))
+        self.systemd = Systemd(host.run_command)
+        progress = None
+        if self.settings.progress_file:
+            progress = StartProgress(self.settings.progress_file,
+                                     self.settings.progress_interval, wall=host.wall)
+        self.gate_runner = UnitGate(self.systemd, host.request, host.clock, host.sleep,
+                                    interval=self.settings.health_interval,
+                                    smoke_prompt=self.settings.smoke_prompt, progress=progress,
+                                    journal_lines=self.settings.journal_lines)
+
+    # -- helpers -----------------------------------------------------------------
+    def _show(self, unit, props=("LoadState", "ActiveState", "SubState", "NRestarts",
+                                 "InvocationID")):
+        try:
+            return self.systemd.show(unit, props)
+        except UnitError as exc:
+            raise CutoverError(exc.msg, **exc.fields) from None
+
+    def _act(self, verb, unit):
+        try:
+            self.systemd.act(verb, unit)
+        except UnitError as exc:
+            raise CutoverError(exc.msg, **exc.fields) from None
+
+    def _target(self, record, target):
+        if target == "green":
+            return self.green
+        blue = record.get("active")
+        if not blue:
+            return None
+        return dict(blue)
+
+    def _marker(self):
+        path = self.settings.switch_marker
+        if not path:
+            return {}
+        try:
+            with open(path, encoding="utf-8") as handle:
+                data = json.load(handle)
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def _write_marker(self, **changes):
+        path = self.settings.switch_marker
+        if not path:
+            return
+        data = self._marker()
+        data.update({"pid": os.getpid(), "model": self.green["model"], "action": "replica"})
+        data.setdefault("since", self.host.wall())
+        data.update(changes)
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        write_atomic(path, json.dumps(data) + "\n", prefix=".switching.")
+
+    def _drop_marker(self):
+        if self.settings.switch_marker:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(self.settings.switch_marker)
+
+    def _frontdoor(self, port=None, model=None, served=None, switching=True):
+        if self.frontdoor is None:
+            return None
+        try:
+            return self.frontdoor.point(port, model, served, switching=switching)
+        except FrontDoorError as exc:
+            raise CutoverError(f"the front door could not be pointed "
+                               f"{'at ' + str(model) if port else 'at nothing'}: {exc}",
+                               **exc.fields) from None
+
+    # -- phases ------------------------------------------------------------------
+    def plan(self, record):
+        """What this host would do (reads only): none, commit or switch, with the roles."""
+        blue = record.get("active")
+        state = self._show(self.green["unit"])
+        link_now = link_target(self.green["model_link"]) if self.green.get("model_link") else None
+        running = state.get("ActiveState") == "active"
+        result = {"phase": "plan", "role": role_of(self.green), "blue_role": role_of(blue),
+                  "blue": label(blue) if blue else None, "green": label(self.green),
+                  "green_state": state.get("ActiveState"), "changed": False,
+                  # what the controller checks across hosts before anything changes
+                  "green_group": (self.green.get("replica") or {}).get("group"),
+                  "green_ranks": _rank_names(self.green), "blue_ranks": _rank_names(blue),
+                  "green_revision": self.green.get("revision"),
+                  "green_vllm": self.green.get("vllm_version")}
+        if not running or revision_changed(self.green, link_now):
+            action = "switch"
+        elif records.same_deployment(blue, self.green) and self._frontdoor_right(record):
+            action = "none"
+        else:
+            action = "commit"
+        if action != "switch" and serves_api(self.green):
+            ok, stage, detail = check_once(self.green["url"], self.green["served_model_name"],
+                                           self.settings.smoke_prompt, request=self.host.request)
+            if not ok:
+                action = "switch"
+                result["heal_reason"] = (f"{self.green['unit']} is active but failed its "
+                                         f"health probe at {stage}: {detail}")
+        result["action"] = action
+        result["changed"] = action != "none"
+        return result
+
+    def _frontdoor_right(self, record):
+        fd = self.frontdoor
+        if fd is None:
+            return True
+        if serves_api(self.green):
+            wanted = fd.wanted(self.green["port"], self.green["model"])
+        else:
+            wanted = fd.wanted(None, switching=False)
+        return fd.current() == wanted and _published(fd, record)
+
+    def stop(self, record):
+        """Hold the marker, take the front door off, drain and stop blue (and a left green)."""
+        blue = record.get("active")
+        self._write_marker(phase="stop", units={})
+        result = {"phase": "stop", "changed": True, "stopped": []}
+        self._frontdoor(None)
+        if blue and serves_api(blue) and blue.get("url"):
+            result["blue_drain"] = drain(blue["url"], self.settings.drain_timeout,
+                                         request=self.host.request, clock=self.host.clock,
+                                         sleep=self.host.sleep)
+        for unit in dict.fromkeys(u for u in ((blue or {}).get("unit"), self.green["unit"]) if u):
+            if self._show(unit).get("ActiveState") in ("active", "activating", "reloading"):
+                self._act("stop", unit)
+                result["stopped"].append(unit)
+        return result
+
+    def start(self, record, target="green"):
+        """Point the model link and start the target's unit, without waiting for it."""
+        svc = self._target(record, target)
+        if svc is None:
+            return {"phase": "start", "target": target, "changed": False, "started": None}
+        if svc.get("model_link") and svc.get("model_dir"):
+            try:
+                point_link(svc["model_link"], svc["model_dir"])
+            except OSError as exc:
+                raise CutoverError(f"cannot point {svc['model_link']} at {svc['model_dir']} for "
+                                   f"{label(svc)}: {exc}") from None
+        try:
+            restarts, started_at = self.gate_runner.launch(svc, "start", wall=self.host.wall)
+        except UnitError as exc:
+            raise CutoverError(f"{target} {label(svc)}: {exc.msg}", **exc.fields) from None
+        units = dict(self._marker().get("units") or {})
+        units[svc["unit"]] = {"started_at": started_at, "restarts": restarts}
+        self._write_marker(phase=f"start {target}", units=units)
+        state = self._show(svc["unit"])
+        return {"phase": "start", "target": target, "changed": True, "started": svc["unit"],
+                "role": role_of(svc), "invocation": state.get("InvocationID", ""),
+                "state": state.get("ActiveState")}
+
+    def gate(self, record, target="green"):
+        """The target's gate at this host (heads and single hosts), its unit already started.
+
+        A worker's part is only that its unit still runs. With target blue, a passing gate
+        points the front door back at blue. Returns the gate's outcome; never raises for a
+        failed gate (the controller unwinds every host).
+        """
+        svc = self._target(record, target)
+        result = {"phase": "gate", "target": target, "changed": False}
+        if svc is None:
+            result.update(ok=True, role=None)
+            return result
+        result.update(role=role_of(svc), model=label(svc))
+        if not serves_api(svc):
+            state = self._show(svc["unit"])
+            up = state.get("ActiveState") == "active"
+            result["green_health" if target == "green" else "blue_health"] = {
+                "ok": up, "stage": "process",
+                "detail": f"{svc['unit']} is {state.get('ActiveState')} ({state.get('SubState')})"}
+            result["ok"] = up
+            return result
+        started = (self._marker().get("units") or {}).get(svc["unit"]) or {}
+        state = self._show(svc["unit"])
+        invocation = state.get("InvocationID", "")
+        gate = self.gate_runner.watch(
+            svc, int(started.get("restarts", state.get("NRestarts") or 0)),
+            float(started.get("started_at", self.host.wall() - 1)), role=target,
+            peers_alive=self._workers_alive(svc, invocation))
+        result["green_health" if target == "green" else "blue_health"] = gate
+        result["ok"] = gate["ok"]
+        if gate["ok"]:
+            result["time_to_healthy_s"] = gate["seconds"]
+            if target == "blue":
+                self._frontdoor(svc["port"], svc["model"], svc["served_model_name"])
+                result["changed"] = True
+        else:
+            since = float(started.get("started_at", self.host.wall() - gate["seconds"] - 5))
+            result["journal"] = self.systemd.journal(svc["unit"], since - 1,
+                                                     self.settings.journal_lines)
+        return result
+
+    def _workers_alive(self, svc, invocation):
+        workers = workers_of(svc)
+        if not workers:
+            return None
+
+        def alive():
+            for rank in workers:
+                peer, _why = self.read_rank(rank.get("state_url", ""))
+                if peer and peer.get("head") == invocation and peer.get("state") != "running":
+                    return False, (f"its worker {rank.get('name')} "
+                                   f"{replica_watch.how_it_stopped(peer)} after joining it")
+            return True, ""
+        return alive
+
+    def commit(self, record):
+        """Green is this host's active model: enable, disable blue, record, front door."""
+        blue = record.get("active")
+        result = {"phase": "commit", "changed": False, "role": role_of(self.green)}
+        state = self._show(self.green["unit"], ("UnitFileState", "ActiveState"))
+        if state.get("UnitFileState") != "enabled":
+            self._act("enable", self.green["unit"])
+            result["changed"] = True
+        if blue and blue.get("unit") and blue["unit"] != self.green["unit"]:
+            self.systemd.try_act("disable", blue["unit"])
+        new = record
+        if not records.same_deployment(blue, self.green):
+            new = records.with_active(record, self.green, blue, self.host.wall)
+            records.write(self.state_file, new)
+            result["changed"] = True
+        if self.frontdoor is not None:
+            if serves_api(self.green):
+                self._frontdoor(self.green["port"], self.green["model"],
+                                self.green["served_model_name"])
+            else:
+                self._frontdoor(None, switching=False)
+            self.frontdoor.publish(new)
+        self._drop_marker()
+        return result
+
+    def unwind(self, record):
+        """Stop green's unit after a failed start or gate anywhere in the switch."""
+        del record
+        stopped = self.systemd.try_act("stop", self.green["unit"])
+        self.systemd.try_act("reset-failed", self.green["unit"])
+        self._write_marker(phase="unwind")
+        return {"phase": "unwind", "changed": True, "stopped": self.green["unit"] if stopped
+                else None}
+
+    def release(self, record):
+        """The end of a switch that was unwound: a front door still on 503 switching says
+        unavailable now (nothing came back on this host), and the marker goes."""
+        del record
+        result = {"phase": "release", "changed": False}
+        fd = self.frontdoor
+        if fd is not None and fd.current() == fd.wanted(None):
+            self._frontdoor(None, switching=False)
+            result["changed"] = True
+        self._drop_marker()
+        return result
+
+    def run(self, phase, record, target="green"):
+        if phase not in PHASES:
+            raise CutoverError(f"phase must be one of {', '.join(PHASES)}, got {phase!r}")
+        if phase in ("start", "gate"):
+            return getattr(self, phase)(record, target)
+        return getattr(self, phase)(record)
+
+
+def _rank_names(svc):
+    return [rank.get("name") for rank in ((svc or {}).get("replica") or {}).get("ranks") or []]
+
+
+def _published(fd, record):
+    """Whether the front door's copy of the record (its metrics file) is this record's."""
+    if not fd.record_file:
+        return True
+    try:
+        with open(fd.record_file, encoding="utf-8") as handle:
+            return handle.read() == record_metrics(record)
+    except FileNotFoundError:
+        return False
+
