@@ -3,7 +3,13 @@
 # SPDX-License-Identifier: Apache-2.0
 """Run the Molecule scenarios in order, print a time table, fail on a failure or an overrun.
 
-    python scripts/molecule_timed.py default cutover ...
+    python scripts/molecule_timed.py default cutover fleet+multinode ...
+
+`a+b` runs scenario a, keeps its instances (`--destroy never`, after a
+destroy of any left from an earlier run), then scenario b, which creates the
+same instances (it finds them and keeps them) and destroys them at its end:
+the fleet scenario's balancer and two hosts, already serving, are the
+multinode scenario's lab.
 
 Budgets (minutes per scenario, on 2 cores) are in molecule/budgets.yml; a
 scenario without one has no limit. The table goes to stdout and to
@@ -24,10 +30,12 @@ ROOT = Path(__file__).resolve().parent.parent
 def main(scenarios):
     budgets = yaml.safe_load((ROOT / "molecule" / "budgets.yml").read_text())["budgets_min"]
     rows = []
-    for name in scenarios:
-        print(f"\n== molecule test -s {name}", flush=True)
+    for name, extra in runs(scenarios):
+        if extra == ["--destroy", "never"]:
+            subprocess.call(["molecule", "destroy", "-s", name], cwd=ROOT)
+        print(f"\n== molecule test -s {name} {' '.join(extra)}".rstrip(), flush=True)
         start = time.monotonic()
-        rc = subprocess.call(["molecule", "test", "-s", name], cwd=ROOT)
+        rc = subprocess.call(["molecule", "test", "-s", name, *extra], cwd=ROOT)
         rows.append((name, rc, (time.monotonic() - start) / 60, budgets.get(name)))
     lines = [f"{'scenario':<26} {'result':<7} {'minutes':>8} {'budget':>7}  note"]
     for name, rc, minutes, budget in rows:
@@ -49,6 +57,14 @@ def main(scenarios):
         print(f"FAILED: {failed}  over budget: {over}", file=sys.stderr)
         return 1
     return 0
+
+
+def runs(scenarios):
+    """(scenario, extra molecule test arguments) in order; `a+b` keeps a's instances for b."""
+    for item in scenarios:
+        chain = item.split("+")
+        for index, name in enumerate(chain):
+            yield name, (["--destroy", "never"] if index < len(chain) - 1 else [])
 
 
 if __name__ == "__main__":

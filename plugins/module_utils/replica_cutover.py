@@ -371,4 +371,3 @@ def _published(fd, record):
             return handle.read() == record_metrics(record)
     except FileNotFoundError:
         return False
-

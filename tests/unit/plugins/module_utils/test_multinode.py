@@ -94,8 +94,8 @@ def test_master_port_and_ephemeral_range_come_from_the_inventory():
     head, worker = plan["members"]
     assert head["argv"][-2:] == ["--master-port", "29600"]
     assert worker["argv"][-3:] == ["--master-port", "29600", "--headless"]
-    assert [rule["ports"] for rule in head["ports"]] == [[29600, 29600], [29510, 29510],
-                                                          [40000, 50000]]
+    assert [rule["ports"] for rule in head["ports"]] == [
+        [29600, 29600], [29510, 29510], [40000, 50000]]
 
 
 def test_roles_in_the_inventory_that_agree_with_the_order_are_accepted():
@@ -288,7 +288,7 @@ def test_gpus_list_one_hosts_ranks():
     ({"state_port": 8001}, ("the replica's rank state port (each host's ranks' states, served by "
                             "its nginx) 8001 is also the model's API port (port)")),
     ({"state_port": 50000}, ("rank state port (each host's ranks' states, served by its nginx) "
-                            "50000 lies in the ephemeral port range")),
+                             "50000 lies in the ephemeral port range")),
 ])
 def test_ports_must_be_free_of_each_other_and_the_ephemeral_range(kwargs, message):
     assert message in _refused(**kwargs)
@@ -374,7 +374,7 @@ def test_firewall_of_the_head_and_of_the_worker():
         "ports": [[29501, 29501], [29510, 29510], [32768, 60999]],
         "why": ["tiny_gqa head: 29501 master port (torch.distributed store of rank 0)",
                 ("tiny_gqa head: 29510 rank state port (each host's ranks' states, served by its "
-                "nginx)"),
+                 "nginx)"),
                 ("tiny_gqa head: 32768-60999 ephemeral ports: gloo/NCCL pair connections and the "
                  "ZMQ message queues between ranks")]}
     assert replica_firewall([plan], "lab2")["ports"] == [[29510, 29510], [32768, 60999]]
