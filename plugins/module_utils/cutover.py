@@ -190,6 +190,37 @@ def _cutover_error(exc):
     return CutoverError(getattr(exc, "msg", str(exc)), **getattr(exc, "fields", {}))
 
 
+def prepare_link(svc):
+    """Point the unit's model link at the revision `svc` serves (a no-op when it does)."""
+    if not (svc.get("model_link") and svc.get("model_dir")):
+        return
+    try:
+        point_link(svc["model_link"], svc["model_dir"])
+    except OSError as exc:
+        raise CutoverError(f"cannot point {svc['model_link']} at {svc['model_dir']} for "
+                           f"{label(svc)}: {exc}") from None
+
+
+def published(frontdoor, record):
+    """Whether the front door's copy of the record (its metrics file) is this record's."""
+    if frontdoor is None or not frontdoor.record_file:
+        return True
+    try:
+        with open(frontdoor.record_file, encoding="utf-8") as handle:
+            return handle.read() == record_metrics(record)
+    except FileNotFoundError:
+        return False
+
+
+def probe_active(svc, smoke_prompt, request):
+    """One pass of the gate at a running model: None when it serves, else why not."""
+    ok, stage, detail = check_once(svc["url"], svc["served_model_name"], smoke_prompt,
+                                   request=request)
+    if ok:
+        return None
+    return f"{svc['unit']} is active but failed its health probe at {stage}: {detail}"
+
+
 class Cutover:
     """One switch to `green`, a dict with model, unit, url, port, served_model_name,
     startup_timeout_s, startup_stall_s (seconds its journal may stay silent while it
@@ -228,18 +259,8 @@ class Cutover:
         finally:
             self.phases[name] = round(self.phases.get(name, 0) + self.host.clock() - start, 2)
 
-    def _prepare(self, svc):
-        """Point the unit's model link at the revision `svc` serves (a no-op when it does)."""
-        if not (svc.get("model_link") and svc.get("model_dir")):
-            return
-        try:
-            point_link(svc["model_link"], svc["model_dir"])
-        except OSError as exc:
-            raise CutoverError(f"cannot point {svc['model_link']} at {svc['model_dir']} for "
-                               f"{label(svc)}: {exc}") from None
-
     def _start_and_gate(self, svc, verb="start", role="green"):
-        self._prepare(svc)
+        prepare_link(svc)
         try:
             return self.gate.start(svc, verb, role=role, wall=self.host.wall)
         except UnitError as exc:
@@ -321,15 +342,7 @@ class Cutover:
             self.frontdoor.publish(new)
 
     def _published(self, record):
-        """Whether the front door's copy of the record (its metrics file) is this record's."""
-        fd = self.frontdoor
-        if fd is None or not fd.record_file:
-            return True
-        try:
-            with open(fd.record_file, encoding="utf-8") as handle:
-                return handle.read() == record_metrics(record)
-        except FileNotFoundError:
-            return False
+        return published(self.frontdoor, record)
 
     # -- the switch --------------------------------------------------------
     def _same_unit(self, blue):
@@ -394,12 +407,9 @@ class Cutover:
         """The active model, running and unchanged: one pass of the gate says it still serves;
         when it does not, the action becomes `heal`."""
         if action == "none":
-            ok, stage, detail = check_once(self.green["url"], self.green["served_model_name"],
-                                           self.settings.smoke_prompt, request=self.host.request)
-            if not ok:
-                result.update(action="heal", changed=True,
-                              heal_reason=f"{self.green['unit']} is active but failed its "
-                                          f"health probe at {stage}: {detail}")
+            why = probe_active(self.green, self.settings.smoke_prompt, self.host.request)
+            if why:
+                result.update(action="heal", changed=True, heal_reason=why)
         return result
 
     def _act_on_plan(self, record, action, blue, result, state):

@@ -45,20 +45,22 @@ import os
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import record as records
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import replica_watch
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.cutover import (
+    Cutover,
     CutoverError,
     Settings,
+    _cutover_error,
     label,
     link_target,
-    point_link,
+    prepare_link,
+    probe_active,
+    published,
     revision_changed,
 )
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import (
     FrontDoorError,
     drain,
-    record_metrics,
     write_atomic,
 )
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import check_once
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.units import (
     StartProgress,
     Systemd,
@@ -91,12 +93,15 @@ class RankSwitch:
     """One host's part in a replica switch to `green` (a dict like vllm_cutover's green, with
     `replica` - record_replica of the plan - when green is a multi-node rank here)."""
 
-    def __init__(self, host, green, state_file, settings=None, frontdoor=None, rank_reader=None):
+    def __init__(self, host, green, state_file, settings=None, frontdoor=None, rank_reader=None,
+                 gpu_processes=None, rank_dir=replica_watch.RANK_DIR):
         self.host = host
         self.green = green
         self.state_file = state_file
         self.settings = settings or Settings()
         self.frontdoor = frontdoor
+        self.gpu_processes = gpu_processes
+        self.rank_dir = rank_dir
         self.read_rank = rank_reader or (
             lambda url: replica_watch.read_rank(url, request=host.request))
         self.systemd = Systemd(host.run_command)
@@ -111,17 +116,17 @@ class RankSwitch:
 
     # -- helpers -----------------------------------------------------------------
     def _show(self, unit, props=("LoadState", "ActiveState", "SubState", "NRestarts",
-                                 "InvocationID")):
+                                 "InvocationID", "UnitFileState")):
         try:
             return self.systemd.show(unit, props)
         except UnitError as exc:
-            raise CutoverError(exc.msg, **exc.fields) from None
+            raise _cutover_error(exc) from None
 
     def _act(self, verb, unit):
         try:
             self.systemd.act(verb, unit)
         except UnitError as exc:
-            raise CutoverError(exc.msg, **exc.fields) from None
+            raise _cutover_error(exc) from None
 
     def _target(self, record, target):
         if target == "green":
@@ -170,7 +175,9 @@ class RankSwitch:
 
     # -- phases ------------------------------------------------------------------
     def plan(self, record):
-        """What this host would do (reads only): none, commit or switch, with the roles."""
+        """What this host would do (reads only): none, commit or switch, with the roles; a
+        `refused` reason when the switch would fail before it starts (the single-host
+        switch's preflight: green's unit installed, its port, processes on its GPUs)."""
         blue = record.get("active")
         state = self._show(self.green["unit"])
         link_now = link_target(self.green["model_link"]) if self.green.get("model_link") else None
@@ -183,22 +190,37 @@ class RankSwitch:
                   "green_ranks": _rank_names(self.green), "blue_ranks": _rank_names(blue),
                   "green_revision": self.green.get("revision"),
                   "green_vllm": self.green.get("vllm_version")}
-        if not running or revision_changed(self.green, link_now):
+        # The unit or the files changed (a new vLLM build, other serve options): the ranks
+        # start again whatever the record says.
+        if not running or revision_changed(self.green, link_now) or self.settings.restart:
             action = "switch"
         elif records.same_deployment(blue, self.green) and self._frontdoor_right(record):
             action = "none"
         else:
             action = "commit"
         if action != "switch" and serves_api(self.green):
-            ok, stage, detail = check_once(self.green["url"], self.green["served_model_name"],
-                                           self.settings.smoke_prompt, request=self.host.request)
-            if not ok:
-                action = "switch"
-                result["heal_reason"] = (f"{self.green['unit']} is active but failed its "
-                                         f"health probe at {stage}: {detail}")
-        result["action"] = action
-        result["changed"] = action != "none"
+            why = probe_active(self.green, self.settings.smoke_prompt, self.host.request)
+            if why:
+                action, result["heal_reason"] = "switch", why
+        result.update(action=action, changed=action != "none")
+        if action == "switch":
+            refused = self._refused(blue)
+            if refused:
+                result["refused"] = refused
         return result
+
+    def _refused(self, blue):
+        """Why the switch would fail before any change on this host, or None: the single-host
+        switch's own preflight, its port checks only where green serves an API."""
+        check = Cutover(self.host, dict(self.green) if serves_api(self.green)
+                        else dict(self.green, port=None), self.state_file, self.settings,
+                        gpu_processes=self.gpu_processes)
+        same = bool(blue) and blue.get("unit") == self.green["unit"]
+        try:
+            check._preflight(None if same else blue)  # noqa: SLF001 - the one preflight
+        except CutoverError as exc:
+            return exc.msg
+        return None
 
     def _frontdoor_right(self, record):
         fd = self.frontdoor
@@ -208,7 +230,7 @@ class RankSwitch:
             wanted = fd.wanted(self.green["port"], self.green["model"])
         else:
             wanted = fd.wanted(None, switching=False)
-        return fd.current() == wanted and _published(fd, record)
+        return fd.current() == wanted and published(fd, record)
 
     def stop(self, record):
         """Hold the marker, take the front door off, drain and stop blue (and a left green)."""
@@ -231,12 +253,7 @@ class RankSwitch:
         svc = self._target(record, target)
         if svc is None:
             return {"phase": "start", "target": target, "changed": False, "started": None}
-        if svc.get("model_link") and svc.get("model_dir"):
-            try:
-                point_link(svc["model_link"], svc["model_dir"])
-            except OSError as exc:
-                raise CutoverError(f"cannot point {svc['model_link']} at {svc['model_dir']} for "
-                                   f"{label(svc)}: {exc}") from None
+        prepare_link(svc)
         try:
             restarts, started_at = self.gate_runner.launch(svc, "start", wall=self.host.wall)
         except UnitError as exc:
@@ -263,12 +280,9 @@ class RankSwitch:
             return result
         result.update(role=role_of(svc), model=label(svc))
         if not serves_api(svc):
-            state = self._show(svc["unit"])
-            up = state.get("ActiveState") == "active"
-            result["green_health" if target == "green" else "blue_health"] = {
-                "ok": up, "stage": "process",
-                "detail": f"{svc['unit']} is {state.get('ActiveState')} ({state.get('SubState')})"}
-            result["ok"] = up
+            health = self._worker_health(svc)
+            result["green_health" if target == "green" else "blue_health"] = health
+            result["ok"] = health["ok"]
             return result
         started = (self._marker().get("units") or {}).get(svc["unit"]) or {}
         state = self._show(svc["unit"])
@@ -290,6 +304,30 @@ class RankSwitch:
                                                      self.settings.journal_lines)
         return result
 
+    def _worker_health(self, svc):
+        """A worker's part in the gate, once its head passed: its unit runs, in the head's
+        current start (what its unit wrote as it started, against the head's state now)."""
+        state = self._show(svc["unit"])
+        if state.get("ActiveState") != "active":
+            return {"ok": False, "stage": "process",
+                    "detail": f"{svc['unit']} is {state.get('ActiveState')} "
+                              f"({state.get('SubState')})"}
+        mine = replica_watch.read_local(replica_watch.rank_file(svc["model"], self.rank_dir)) or {}
+        heads = [r for r in (svc.get("replica") or {}).get("ranks") or [] if r.get("role") == HEAD]
+        head, why = self.read_rank(heads[0].get("state_url", "")) if heads else (None, "no head")
+        if head is None:
+            return {"ok": False, "stage": "replica",
+                    "detail": f"the head's rank state cannot be read from this worker ({why})"}
+        joined = mine.get("head", "")
+        if joined != head.get("invocation") or mine.get("invocation") != state.get("InvocationID"):
+            read = f": {mine['head_read']}" if mine.get("head_read") else ""
+            return {"ok": False, "stage": "replica",
+                    "detail": (f"{svc['unit']} runs, but its rank state does not show it in its "
+                               f"head's start {head.get('invocation', '')[:12]} (it joined "
+                               f"{joined[:12] or 'none'}{read})")}
+        return {"ok": True, "stage": "ok",
+                "detail": f"{svc['unit']} runs in its head's start {joined[:12]}"}
+
     def _workers_alive(self, svc, invocation):
         workers = workers_of(svc)
         if not workers:
@@ -309,8 +347,11 @@ class RankSwitch:
         blue = record.get("active")
         result = {"phase": "commit", "changed": False, "role": role_of(self.green)}
         state = self._show(self.green["unit"], ("UnitFileState", "ActiveState"))
-        if state.get("UnitFileState") != "enabled":
-            self._act("enable", self.green["unit"])
+        # A head (or a single host's model) starts at boot; a worker does not: its probe
+        # starts it into the head's start once the head runs (replica_watch.py).
+        wanted = "disabled" if role_of(self.green) == WORKER else "enabled"
+        if state.get("UnitFileState") != wanted:
+            self._act("disable" if wanted == "disabled" else "enable", self.green["unit"])
             result["changed"] = True
         if blue and blue.get("unit") and blue["unit"] != self.green["unit"]:
             self.systemd.try_act("disable", blue["unit"])
@@ -320,23 +361,34 @@ class RankSwitch:
             records.write(self.state_file, new)
             result["changed"] = True
         if self.frontdoor is not None:
+            before = self.frontdoor.current()
             if serves_api(self.green):
                 self._frontdoor(self.green["port"], self.green["model"],
                                 self.green["served_model_name"])
             else:
                 self._frontdoor(None, switching=False)
-            self.frontdoor.publish(new)
+            if not published(self.frontdoor, new):
+                self.frontdoor.publish(new)
+                result["changed"] = True
+            result["changed"] = result["changed"] or self.frontdoor.current() != before
         self._drop_marker()
         return result
 
     def unwind(self, record):
-        """Stop green's unit after a failed start or gate anywhere in the switch."""
-        del record
-        stopped = self.systemd.try_act("stop", self.green["unit"])
-        self.systemd.try_act("reset-failed", self.green["unit"])
+        """Stop green's unit after a failed start or gate anywhere in the switch; and blue's
+        where blue is a worker (one a failed stop left running would stay in its head's old
+        start, and hang the head's start again)."""
+        blue = record.get("active") or {}
+        units = [self.green["unit"]]
+        if role_of(blue) == WORKER and blue.get("unit") and blue["unit"] != self.green["unit"]:
+            units.append(blue["unit"])
+        stopped = []
+        for unit in units:
+            if self.systemd.try_act("stop", unit):
+                stopped.append(unit)
+            self.systemd.try_act("reset-failed", unit)
         self._write_marker(phase="unwind")
-        return {"phase": "unwind", "changed": True, "stopped": self.green["unit"] if stopped
-                else None}
+        return {"phase": "unwind", "changed": True, "stopped": stopped}
 
     def release(self, record):
         """The end of a switch that was unwound: a front door still on 503 switching says
@@ -360,14 +412,3 @@ class RankSwitch:
 
 def _rank_names(svc):
     return [rank.get("name") for rank in ((svc or {}).get("replica") or {}).get("ranks") or []]
-
-
-def _published(fd, record):
-    """Whether the front door's copy of the record (its metrics file) is this record's."""
-    if not fd.record_file:
-        return True
-    try:
-        with open(fd.record_file, encoding="utf-8") as handle:
-            return handle.read() == record_metrics(record)
-    except FileNotFoundError:
-        return False

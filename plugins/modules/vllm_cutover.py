@@ -206,7 +206,10 @@ options:
         becomes the recorded active model), V(unwind) (stop green after a failed start or gate),
         V(release) (end an unwound switch).
       - From V(stop) to V(commit) or V(release) the host's O(switch_marker) stays, so its probe
-        leaves the units alone between phases.
+        leaves the units alone between phases. Every phase, V(plan) too, holds the host's switch
+        lock while it runs (a re-run's plan waits for a dead controller's gate job). V(plan)
+        also says why the switch would fail before it starts (C(refused) - the single-host
+        switch's preflight for this host's part) and plans a switch when O(restart) is set.
     type: str
     choices: [switch, plan, stop, start, gate, commit, unwind, release]
     default: switch
@@ -350,6 +353,10 @@ blue_role:
   description: This host's part in blue, the recorded active model - head, worker, single, or null when none.
   returned: when O(phase) is plan
   type: str
+refused:
+  description: Why the switch would fail on this host before any change (green's unit not installed, its port taken, processes on its GPUs).
+  returned: when O(phase) is plan and the switch would be refused
+  type: str
 ok:
   description: Whether O(target) passed its gate (a worker - whether its unit runs).
   returned: when O(phase) is gate
@@ -368,7 +375,6 @@ blue_health:
   type: dict
 """
 
-import contextlib
 import json
 
 from ansible.module_utils.basic import AnsibleModule
@@ -493,7 +499,8 @@ def main():
 
     if p["phase"] != "switch":
         module.exit_json(**_run_phase(module, p, lambda: replica_cutover.RankSwitch(
-            Host(run_command), green, p["state_file"], settings, frontdoor=frontdoor)))
+            Host(run_command), green, p["state_file"], settings, frontdoor=frontdoor,
+            gpu_processes=gpu_reader(module, p["gpu_facts_fixture_dir"]))))
     result = _run(module, p, cutover_for)
     if module._diff:  # noqa: SLF001 - how modules read --diff
         result["diff"] = {
@@ -536,7 +543,8 @@ def _run(module, p, cutover_for):
 
 
 def _run_phase(module, p, switch_for):
-    """One phase of a replica switch: plan reads only; the others under the switch lock."""
+    """One phase of a replica switch, under the host's switch lock (plan too: it reads only,
+    but after a switch in progress - a dead controller's gate job - is done with the host)."""
     if module.check_mode and p["phase"] != "plan":
         return {"phase": p["phase"], "changed": False,
                 "msg": f"check mode: phase {p['phase']} is not run (only plan is)"}
@@ -544,11 +552,11 @@ def _run_phase(module, p, switch_for):
     if lock_timeout is None:
         lock_timeout = 2 * p["startup_timeout"] + int(p["drain_timeout"]) + 300
     try:
-        with contextlib.ExitStack() as stack:
-            if p["phase"] != "plan":
-                stack.enter_context(switch_lock.switch_lock(p["lock_file"], p["model"],
-                                                            lock_timeout))
+        with switch_lock.switch_lock(p["lock_file"], p["model"], lock_timeout) as waited:
             result = switch_for().run(p["phase"], records.load(p["state_file"]), p["target"])
+            if waited["waited_for"]:
+                result["waited_for_switch"] = dict(waited["waited_for"],
+                                                   waited_s=waited["waited_s"])
     except switch_lock.SwitchBusyError as exc:
         module.fail_json(msg=f"phase {p['phase']} of the switch to {p['model']} did not start: "
                              f"{exc.msg}", changed=False, waited_for_switch=exc.holder)

@@ -72,6 +72,7 @@ class Side:
         self.name = name
         self.folder = tmp_path / name
         self.folder.mkdir()
+        self.rank_dir = self.folder / "ranks"
         self.host = FakeHost()
         self.upstream = self.folder / "upstream.conf"
         self.nginx = self.host.frontdoor(FD_URL, self.upstream)
@@ -93,7 +94,14 @@ class Side:
                     wall=self.host.wall, sleep=self.host.sleep)
         settings = Settings(switch_marker=self.marker, drain_timeout=5.0)
         return RankSwitch(host, green, self.state_file, settings, frontdoor=door,
-                          rank_reader=reader)
+                          rank_reader=reader, rank_dir=str(self.rank_dir))
+
+    def publish_worker(self):
+        """What the worker's ExecStartPre writes as its unit starts: the head's start it joins."""
+        self.joined = self.head.host.units[GQA].invocation
+        self.rank_dir.mkdir(exist_ok=True)
+        (self.rank_dir / "tiny_gqa.json").write_text(json.dumps(dict(
+            self.rank_state(), head=self.joined)))
 
     def record(self):
         return record_mod.load(self.state_file)
@@ -130,16 +138,23 @@ class Pair:
     def green(self, side):
         return tiny_gqa(self.tmp_path, side.name)
 
-    def head_reader(self):
+    def reader(self):
+        """The rank states as the two hosts' nginx serve them."""
         def read(url):
-            assert url == STATE_URL.format(n=2)
-            return self.h2.rank_state(), ""
+            if url == STATE_URL.format(n=2):
+                return self.h2.rank_state(), ""
+            unit = self.h1.host.units[GQA]
+            assert url == STATE_URL.format(n=1)
+            return {"state": "running" if unit.active_state == "active" else "stopped",
+                    "invocation": unit.invocation}, ""
         return read
 
     def phase(self, side, phase, target="green", green=None):
         green = green or self.green(side)
-        reader = self.head_reader() if side is self.h1 else None
-        return side.switch(green, reader).run(phase, side.record(), target)
+        result = side.switch(green, self.reader()).run(phase, side.record(), target)
+        if phase == "start" and side is self.h2 and result.get("started") == GQA:
+            side.publish_worker()
+        return result
 
     def switch(self, green_for=None):
         """The controller's order (tasks/cutover_replica.yml); returns every phase's result."""
@@ -154,8 +169,6 @@ class Pair:
             order = sorted(self.sides(), key=lambda s: roles[s.name] == "worker")
             out["start"] = {}
             for side in order:
-                if roles[side.name] == "worker":
-                    side.joined = side.head.host.units[GQA].invocation
                 out["start"][side.name] = self.phase(side, "start", green=green_for(side))
             out["gate"] = {s.name: self.phase(s, "gate", green=green_for(s)) for s in order}
             if not all(r["ok"] for r in out["gate"].values()):
@@ -189,10 +202,11 @@ def test_two_single_hosts_become_one_replica(pair):
     assert pair.h2.joined == out["start"]["h1"]["invocation"]
     assert out["gate"]["h1"]["ok"] is True
     assert out["gate"]["h1"]["green_health"]["stage"] == "ok"
-    assert out["gate"]["h2"] == {"phase": "gate", "target": "green", "changed": False,
-                                 "role": "worker", "model": "tiny_gqa@gggggggggggg", "ok": True,
-                                 "green_health": {"ok": True, "stage": "process",
-                                                  "detail": f"{GQA} is active (running)"}}
+    assert out["gate"]["h2"] == {
+        "phase": "gate", "target": "green", "changed": False, "role": "worker",
+        "model": "tiny_gqa@gggggggggggg", "ok": True,
+        "green_health": {"ok": True, "stage": "ok",
+                         "detail": f"{GQA} runs in its head's start vllm-tiny_gq"}}
     # Both records name tiny_gqa with the host's place in the replica; blue is previous.
     for side, role in ((pair.h1, "head"), (pair.h2, "worker")):
         record = side.record()
@@ -201,13 +215,14 @@ def test_two_single_hosts_become_one_replica(pair):
         assert record["previous"]["model"] == "tiny_mla"
         assert side.link("tiny_gqa") == pair.green(side)["model_dir"]
         assert not os.path.exists(side.marker)
-        assert side.host.units[GQA].enabled
+        # The head starts at boot; the worker does not: its probe starts it into the head's start.
+        assert side.host.units[GQA].enabled is (role == "head")
         assert not side.host.units[MLA].enabled
     # The head's front door serves the replica; the worker's says unavailable (no API there).
     assert pair.h1.nginx.loaded == GQA_PORT
     assert pair.h2.upstream.read_text() == upstream_conf(None, switching=False)
     assert pair.h2.host.state_calls() == [("stop", MLA), ("reset-failed", GQA), ("start", GQA),
-                                          ("enable", GQA), ("disable", MLA)]
+                                          ("disable", MLA)]
 
 
 def test_a_worker_that_dies_fails_the_heads_gate_at_once_and_both_go_back(tmp_path):
@@ -221,7 +236,7 @@ def test_a_worker_that_dies_fails_the_heads_gate_at_once_and_both_go_back(tmp_pa
     assert gate["green_health"]["seconds"] < 10
     assert out["gate"]["h2"]["ok"] is False
     # Unwound: green stopped on both, each host's own blue started and gated, front doors back.
-    assert out["unwind"]["h1"]["stopped"] == GQA
+    assert out["unwind"]["h1"]["stopped"] == [GQA]
     assert {n: r["ok"] for n, r in out["restore_gate"].items()} == {"h1": True, "h2": True}
     for side in pair.sides():
         assert side.active() == "tiny_mla"
@@ -307,3 +322,52 @@ def test_the_marker_holds_each_units_start_for_the_gate(pair):
 def test_an_unknown_phase_is_refused(pair):
     with pytest.raises(CutoverError, match="phase must be one of plan, stop"):
         pair.h1.switch(pair.green(pair.h1)).run("swap", pair.h1.record())
+
+
+def test_a_changed_unit_makes_the_replica_switch_again(pair):
+    """A new vLLM build or other serve options rewrite the units: the ranks start again."""
+    pair.switch()
+    plan = pair.h1.switch(pair.green(pair.h1)).plan(pair.h1.record())
+    assert plan["action"] == "none"
+    restarted = RankSwitch(pair.h1.switch(pair.green(pair.h1)).host, pair.green(pair.h1),
+                           pair.h1.state_file, Settings(restart=True)).plan(pair.h1.record())
+    assert restarted["action"] == "switch"
+
+
+def test_the_plan_refuses_a_switch_that_would_fail_before_it_starts(pair):
+    """The single-host switch's preflight, for this host's part: green's unit installed."""
+    pair.h2.host.units[GQA].installed = False
+    plan = pair.phase(pair.h2, "plan")
+    assert plan["action"] == "switch"
+    assert plan["refused"] == f"green unit {GQA} is not installed (LoadState=not-found)"
+    # Nothing was touched: the plan only reads.
+    assert pair.h2.host.state_calls() == []
+    assert pair.h1.host.units[MLA].active_state == "active"
+
+
+def test_a_worker_that_did_not_join_its_heads_start_fails_its_gate(pair):
+    """A worker whose ExecStartPre could not read the head (its rank state server down)
+    runs, but not in the head's start: the switch is not committed on it."""
+    pair.phase(pair.h1, "stop")
+    pair.phase(pair.h2, "stop")
+    pair.phase(pair.h1, "start")
+    pair.phase(pair.h2, "start")
+    (pair.h2.rank_dir / "tiny_gqa.json").write_text(json.dumps(dict(
+        pair.h2.rank_state(), head="", head_read="GET http://172.31.250.11:29510/...: refused")))
+    gate = pair.phase(pair.h2, "gate")
+    assert gate["ok"] is False
+    assert gate["green_health"] == {
+        "ok": False, "stage": "replica",
+        "detail": (f"{GQA} runs, but its rank state does not show it in its head's start "
+                   "vllm-tiny_gq (it joined none: GET http://172.31.250.11:29510/...: refused)")}
+
+
+def test_an_unwind_also_stops_a_blue_worker_left_running(pair):
+    """The replica is blue; a stop that failed on the worker's host left its rank running:
+    the unwind stops it, so it starts again into the head's new start."""
+    pair.switch()
+    back = tiny_mla(pair.tmp_path, "h2")
+    assert pair.h2.host.units[GQA].active_state == "active"
+    out = pair.phase(pair.h2, "unwind", green=back)
+    assert out["stopped"] == [MLA, GQA]
+    assert pair.h2.host.units[GQA].active_state == "inactive"
