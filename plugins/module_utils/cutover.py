@@ -190,6 +190,22 @@ def _cutover_error(exc):
     return CutoverError(getattr(exc, "msg", str(exc)), **getattr(exc, "fields", {}))
 
 
+def unit_show(systemd, unit, props=None):
+    """systemctl show, its failure as a CutoverError."""
+    try:
+        return systemd.show(unit) if props is None else systemd.show(unit, props)
+    except UnitError as exc:
+        raise _cutover_error(exc) from None
+
+
+def unit_act(systemd, verb, unit):
+    """systemctl <verb> <unit>, its failure as a CutoverError."""
+    try:
+        systemd.act(verb, unit)
+    except UnitError as exc:
+        raise _cutover_error(exc) from None
+
+
 def prepare_link(svc):
     """Point the unit's model link at the revision `svc` serves (a no-op when it does)."""
     if not (svc.get("model_link") and svc.get("model_dir")):
@@ -324,16 +340,10 @@ class Cutover:
                 raise CutoverError(f"green {self.green['model']} cannot start: {held}")
 
     def _show(self, unit):
-        try:
-            return self.systemd.show(unit)
-        except UnitError as exc:
-            raise _cutover_error(exc) from None
+        return unit_show(self.systemd, unit)
 
     def _act(self, verb, unit):
-        try:
-            self.systemd.act(verb, unit)
-        except UnitError as exc:
-            raise _cutover_error(exc) from None
+        unit_act(self.systemd, verb, unit)
 
     def _write_record(self, record, blue):
         new = records.with_active(record, self.green, blue, self.host.wall)

@@ -48,13 +48,14 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.cutover import (
     Cutover,
     CutoverError,
     Settings,
-    _cutover_error,
     label,
     link_target,
     prepare_link,
     probe_active,
     published,
     revision_changed,
+    unit_act,
+    unit_show,
 )
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import (
     FrontDoorError,
@@ -117,16 +118,10 @@ class RankSwitch:
     # -- helpers -----------------------------------------------------------------
     def _show(self, unit, props=("LoadState", "ActiveState", "SubState", "NRestarts",
                                  "InvocationID", "UnitFileState")):
-        try:
-            return self.systemd.show(unit, props)
-        except UnitError as exc:
-            raise _cutover_error(exc) from None
+        return unit_show(self.systemd, unit, props)
 
     def _act(self, verb, unit):
-        try:
-            self.systemd.act(verb, unit)
-        except UnitError as exc:
-            raise _cutover_error(exc) from None
+        unit_act(self.systemd, verb, unit)
 
     def _target(self, record, target):
         if target == "green":
