@@ -20,6 +20,10 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.progress import (
 display = Display()
 
 _MISSING_TRIES = 3
+# Seconds between two checks of the job's status: a job that ended is seen within this,
+# whatever the progress lines' interval (with one check an interval, a 10 s interval
+# kept every switch and download waiting 5 s on average after it had ended).
+_POLL_S = 2.0
 _JOB_KEYS = ("ansible_job_id", "started", "finished", "results_file", "stdout_lines",
              "stderr_lines")
 
@@ -60,13 +64,15 @@ class ActionModule(ActionBase):
         async_dir = self._remote_expand_user(self.get_shell_option("async_dir",
                                                                    default="~/.ansible_async"))
         start = time.monotonic()
-        # A quick first look: a job with nothing to do is done before the first interval.
-        wait = min(0.5, args["interval"])
+        poll = min(_POLL_S, args["interval"])
+        # A quick first look: a job with nothing to do is done before the first check.
+        wait = min(0.5, poll)
+        next_line = 0.0  # the elapsed time from which the next progress line is due
         last = None
         missing = 0
         while True:
             time.sleep(wait)
-            wait = args["interval"]
+            wait = poll
             status = self._status(args["jid"], async_dir, task_vars)
             elapsed = round(time.monotonic() - start, 1)
             if status.get("msg") == "could not find job" and missing < _MISSING_TRIES:
@@ -90,6 +96,9 @@ class ActionModule(ActionBase):
                     f"job {args['jid']} not finished after {args['timeout']} s (timeout); it keeps "
                     f"running on the host, and a re-run of the play picks its work up"))
                 return result
+            if elapsed < next_line:
+                continue
+            next_line = elapsed + args["interval"]
             line = None
             if args["progress_file"]:
                 line = progress_line(args["kind"], self._progress(args["progress_file"], task_vars))

@@ -28,7 +28,10 @@ options:
     choices: [download, start]
     default: download
   interval:
-    description: Seconds between two checks (and progress lines).
+    description:
+      - Seconds between two progress lines.
+      - The job's status is checked every 2 seconds (or every O(interval) if shorter), so a job
+        that ended is returned within that, not up to an interval later.
     type: float
     default: 10
   timeout:

@@ -61,7 +61,7 @@ def _lines(stream, into):
     into.put(None)
 
 
-def _wait_for(lines, seen, wanted, timeout=90.0):
+def _wait_for(lines, seen, wanted, timeout=90.0, prefix=False):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -71,7 +71,7 @@ def _wait_for(lines, seen, wanted, timeout=90.0):
         if line is None:
             break
         seen.append(line)
-        if line == wanted:
+        if line == wanted or (prefix and line.startswith(wanted)):
             return
     raise AssertionError(f"never printed {wanted!r}; printed:\n" + "\n".join(seen[-30:]))
 
@@ -107,3 +107,34 @@ def test_progress_lines_then_the_jobs_result(tmp_path):
     assert printed.count(STATES[0][1]) == 1  # a line is printed once, not every interval
     assert printed.index(STATES[0][1]) < printed.index(STATES[1][1])
     assert list((tmp_path / "async").iterdir()) == []  # the job's status file is cleaned up
+
+
+def test_a_job_that_ended_is_returned_within_seconds_not_an_interval_later(tmp_path):
+    # A 60 s interval between progress lines; the status is checked every 2 s, so the
+    # job that ends just after the first line is returned long before the next one.
+    progress, done = tmp_path / "progress.json", tmp_path / "done"
+    play = tmp_path / "play.yml"
+    play.write_text(PLAY.format(progress=progress, done=done).replace("interval: 0.3",
+                                                                       "interval: 60"))
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(ROOT / "collections"),
+               ANSIBLE_NOCOLOR="1", ANSIBLE_ASYNC_DIR=str(tmp_path / "async"),
+               ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"), PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).with_name("ansible-playbook")), "-i", "localhost,", "-e",
+         f"ansible_python_interpreter={sys.executable}", str(play)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    lines, seen = queue.Queue(), []
+    threading.Thread(target=_lines, args=(proc.stdout, lines), daemon=True).start()
+    try:
+        _wait_for(lines, seen, "  localhost: running for ", prefix=True)
+        done.touch()
+        ended = time.monotonic()
+        _wait_for(lines, seen, "    msg: RESULT finished rc=0", timeout=60)
+        returned_after_s = time.monotonic() - ended
+        assert proc.wait(timeout=60) == 0
+    finally:
+        done.touch()
+        if proc.poll() is None:
+            proc.kill()
+    # 2 s between checks plus a module run or two; one check an interval took up to 60 s
+    assert returned_after_s < 20, returned_after_s
