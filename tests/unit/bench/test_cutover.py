@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import ClassVar
 
 import pytest
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils import frontdoor as frontdoor_mod
 from repo_paths import ROOT
 
 spec = importlib.util.spec_from_file_location("bench_cutover", ROOT / "bench" / "cutover.py")
@@ -137,3 +138,55 @@ def test_percentiles_are_the_median_and_the_99th_of_the_sorted_times():
     assert cutover.percentiles([4.0, 1.0, 3.0, 2.0]) == (2.5, 3.0)
     times = [float(n) for n in range(1, 201)]  # 1..200 ms
     assert cutover.percentiles(reversed(times)) == (100.5, 198.0)  # index int(0.99 * 199) = 197
+
+
+class Record(BaseHTTPRequestHandler):
+    """The front door's /metrics/vllm-fleet: the record's text as the role's nginx serves it."""
+
+    text = ""
+    status = 200
+
+    def log_message(self, *_args):
+        pass
+
+    def do_GET(self):
+        data = self.text.encode() if self.path == "/metrics/vllm-fleet" else b"{}"
+        self.send_response(self.status if self.path == "/metrics/vllm-fleet" else 404)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.fixture
+def record_door():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Record)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_the_active_model_is_read_from_the_record_the_front_door_publishes(record_door):
+    # The text the cutover publishes (plugins/module_utils/frontdoor.py), not one made here.
+    Record.status = 200
+    Record.text = frontdoor_mod.record_metrics({"active": {
+        "model": "tiny_gqa", "served_model_name": "tiny-gqa", "repo_id": "vllm-fleet-lab/tiny-gqa",
+        "revision": "a" * 40, "vllm_version": "0.32.0", "since": "2026-12-02T06:00:00+00:00"}})
+    assert cutover.active_model(record_door) == "tiny_gqa"
+
+
+@pytest.mark.parametrize(("status", "record"), [
+    (200, {}),  # no active model: the metric is absent
+    (401, {"active": {"model": "tiny_gqa"}}),  # refused: unknown, so blue is deployed
+])
+def test_no_active_model_when_the_record_names_none_or_cannot_be_read(record_door, status, record):
+    Record.status = status
+    Record.text = frontdoor_mod.record_metrics(record)
+    assert cutover.active_model(record_door) is None
+
+
+def test_no_active_model_when_nothing_answers():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    assert cutover.active_model(f"http://127.0.0.1:{port}") is None
