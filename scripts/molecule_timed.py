@@ -54,7 +54,7 @@ def run_stage(lanes):
     if len(lanes) == 1:
         return run_lane(lanes[0], log=None)
     print(f"\n== at the same time: {', '.join(lanes)} (logs under .lab/)", flush=True)
-    results = [[] for _ in lanes]
+    results = [[] for lane in lanes]
 
     def lane_worker(index):
         results[index] = run_lane(lanes[index], log=LOGS)
@@ -66,7 +66,8 @@ def run_stage(lanes):
         thread.join()
     rows = []
     for lane_rows in results:
-        for name, _rc, _minutes in lane_rows:
+        for row in lane_rows:
+            name = row[0]
             print(f"\n== output of molecule test -s {name}", flush=True)
             print((LOGS / f"molecule-{name}.log").read_text(errors="replace"), flush=True)
         rows.extend(lane_rows)
@@ -110,9 +111,9 @@ def report(rows, wall, budgets):
     table = "\n".join(lines)
     print("\nMolecule time table\n" + table, flush=True)
     (LOGS / "molecule-times.txt").write_text(table + "\n")
-    failed = [name for name, rc, _ in rows if rc != 0]
-    over = [name for name, _, minutes in rows
-            if budgets.get(name) is not None and minutes > budgets[name]]
+    failed = [row[0] for row in rows if row[1] != 0]
+    over = [row[0] for row in rows
+            if budgets.get(row[0]) is not None and row[2] > budgets[row[0]]]
     if "total" in budgets and wall > budgets["total"]:
         over.append("total")
     if failed or over:

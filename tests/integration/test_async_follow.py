@@ -114,8 +114,8 @@ def test_a_job_that_ended_is_returned_within_seconds_not_an_interval_later(tmp_p
     # job that ends just after the first line is returned long before the next one.
     progress, done = tmp_path / "progress.json", tmp_path / "done"
     play = tmp_path / "play.yml"
-    play.write_text(PLAY.format(progress=progress, done=done).replace("interval: 0.3",
-                                                                       "interval: 60"))
+    text = PLAY.format(progress=progress, done=done)
+    play.write_text(text.replace("interval: 0.3", "interval: 60"))
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(ROOT / "collections"),
                ANSIBLE_NOCOLOR="1", ANSIBLE_ASYNC_DIR=str(tmp_path / "async"),
                ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"), PYTHONUNBUFFERED="1")
