@@ -21,7 +21,8 @@ def test_a_chain_keeps_the_instances_until_its_last_scenario():
 def test_the_makefile_chains_the_fleet_scenario_into_the_multinode_one():
     makefile = (ROOT / "Makefile").read_text()
     line = next(text for text in makefile.splitlines() if text.startswith("MOLECULE_SCENARIOS"))
-    assert "fleet+multinode" in line.split()
+    lanes = [lane for stage in line.split("=", 1)[1].split() for lane in stage.split(",")]
+    assert "fleet+multinode" in lanes
 
 
 def test_a_stage_runs_its_lanes_at_the_same_time_and_prints_each_log_whole(
@@ -52,8 +53,9 @@ def test_a_stage_runs_its_lanes_at_the_same_time_and_prints_each_log_whole(
         ["default", "ok"], ["nvidia_driver_host", "FAILED"], ["fleet", "ok"], ["multinode", "ok"]]
 
 
-def test_the_makefile_runs_the_driver_scenarios_beside_default():
+def test_the_makefile_runs_default_beside_the_fleet_and_the_drivers_beside_cutover():
     makefile = (ROOT / "Makefile").read_text()
     line = next(text for text in makefile.splitlines() if text.startswith("MOLECULE_SCENARIOS"))
-    stage = next(item for item in line.split() if "default" in item)
-    assert sorted(stage.split(",")) == ["default", "nvidia_driver_container", "nvidia_driver_host"]
+    assert [sorted(stage.split(",")) for stage in line.split("=", 1)[1].split()] == [
+        ["default", "fleet+multinode"],
+        ["cutover", "nvidia_driver_container", "nvidia_driver_host"]]
