@@ -7,7 +7,7 @@ export ANSIBLE_FORCE_COLOR ?= 0
 export PY_COLORS ?= 0
 
 LAB_INVENTORY := inventory/lab
-MOLECULE_SCENARIOS ?= fleet+multinode,default cutover,nvidia_driver_host,nvidia_driver_container
+MOLECULE_SCENARIOS ?= default,nvidia_driver_host,nvidia_driver_container cutover fleet+multinode
 
 .PHONY: help setup lab demo status test lint sanity unit molecule bench bench-deploy bench-fleet bench-balancers lab-down clean
 
