@@ -76,10 +76,12 @@ def _wait_for(lines, seen, wanted, timeout=90.0, prefix=False):
     raise AssertionError(f"never printed {wanted!r}; printed:\n" + "\n".join(seen[-30:]))
 
 
-def test_progress_lines_then_the_jobs_result(tmp_path):
+def _start_play(tmp_path, interval):
+    """ansible-playbook on PLAY, its lines on a queue; (process, lines, progress, done)."""
     progress, done = tmp_path / "progress.json", tmp_path / "done"
     play = tmp_path / "play.yml"
-    play.write_text(PLAY.format(progress=progress, done=done))
+    text = PLAY.format(progress=progress, done=done)
+    play.write_text(text.replace("interval: 0.3", f"interval: {interval}"))
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(ROOT / "collections"),
                ANSIBLE_NOCOLOR="1", ANSIBLE_ASYNC_DIR=str(tmp_path / "async"),
                ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"), PYTHONUNBUFFERED="1")
@@ -87,8 +89,14 @@ def test_progress_lines_then_the_jobs_result(tmp_path):
         [str(Path(sys.executable).with_name("ansible-playbook")), "-i", "localhost,", "-e",
          f"ansible_python_interpreter={sys.executable}", str(play)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    lines, seen = queue.Queue(), []
+    lines = queue.Queue()
     threading.Thread(target=_lines, args=(proc.stdout, lines), daemon=True).start()
+    return proc, lines, progress, done
+
+
+def test_progress_lines_then_the_jobs_result(tmp_path):
+    proc, lines, progress, done = _start_play(tmp_path, 0.3)
+    seen = []
     try:
         for state, wanted in STATES:
             progress.write_text(json.dumps(state))
@@ -112,19 +120,8 @@ def test_progress_lines_then_the_jobs_result(tmp_path):
 def test_a_job_that_ended_is_returned_within_seconds_not_an_interval_later(tmp_path):
     # A 60 s interval between progress lines; the status is checked every 2 s, so the
     # job that ends just after the first line is returned long before the next one.
-    progress, done = tmp_path / "progress.json", tmp_path / "done"
-    play = tmp_path / "play.yml"
-    text = PLAY.format(progress=progress, done=done)
-    play.write_text(text.replace("interval: 0.3", "interval: 60"))
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(ROOT / "collections"),
-               ANSIBLE_NOCOLOR="1", ANSIBLE_ASYNC_DIR=str(tmp_path / "async"),
-               ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"), PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(
-        [str(Path(sys.executable).with_name("ansible-playbook")), "-i", "localhost,", "-e",
-         f"ansible_python_interpreter={sys.executable}", str(play)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    lines, seen = queue.Queue(), []
-    threading.Thread(target=_lines, args=(proc.stdout, lines), daemon=True).start()
+    proc, lines, _progress, done = _start_play(tmp_path, 60)
+    seen = []
     try:
         _wait_for(lines, seen, "  localhost: running for ", prefix=True)
         done.touch()
