@@ -35,6 +35,9 @@ demo: lab
 status:
 	ansible-playbook -i $(LAB_INVENTORY) playbooks/status.yml
 
+# The lab images build in the background beside lint, sanity and pytest
+# (scripts/setup.sh); `make molecule` waits for them.
+test: export VLLM_FLEET_IMAGES_IN_BACKGROUND = 1
 test: setup lint sanity unit molecule
 
 lint:
@@ -50,6 +53,7 @@ unit:
 
 # Each scenario's minutes against molecule/budgets.yml, as a table at the end.
 molecule:
+	bash lab/images-wait.sh
 	bash lab/hub.sh start
 	python scripts/molecule_timed.py $(MOLECULE_SCENARIOS)
 
