@@ -221,8 +221,11 @@ def test_health_is_open_and_metrics_name_the_active_model(tmp_path, backend):
         missing = call(url, "/metrics/vllm-fleet", KEY)
         (prefix / "deployment.prom").write_text(record_metrics(record))
         deployment = call(url, "/metrics/vllm-fleet", KEY)
+        # Failed once in a full pytest run under load (503 from /metrics, not
+        # reproduced in 31 runs alone or beside two busy cores): nginx's log says why.
+        error_log = (prefix / "logs" / "error.log").read_text()
     assert health[0] == 200
-    assert metrics[0] == 200
+    assert metrics[0] == 200, (metrics, error_log[-3000:])
     assert metrics[1]["X-Vllm-Fleet-Model"] == "tiny_gqa"
     assert 'vllm:num_requests_running{engine="0",model_name="tiny-gqa"} 0.0' in metrics[2]
     assert missing[0] == 404  # before the first cutover writes it
