@@ -30,16 +30,21 @@ case "${1:-status}" in
       echo "lab hub: running (pid $(cat "$pidfile")) on $host:$port"
       exit 0
     fi
+    rm -f "$pidfile"  # not running: a pid left from a server that died
     setsid nohup "$py" lab/hub_server.py --root "$root" --host "$host" --port "$port" \
       --pidfile "$pidfile" >"$log" 2>&1 < /dev/null &
+    server=$!
     for _ in $(seq 1 50); do
-      # Our own server must be the one answering (another checkout's hub may hold the port).
-      if ! kill -0 $! 2>/dev/null; then
+      # Our own server must be the one answering: another checkout's hub may hold the
+      # port and answer while ours is still starting (it writes its pid file only once
+      # it holds the port, and exits when it cannot have it).
+      if ! kill -0 "$server" 2>/dev/null; then
         echo "lab hub: the server exited (is another lab hub on port $port? LAB_HUB_PORT picks another); log:" >&2
         cat "$log" >&2
         exit 1
       fi
-      if curl -fsS "http://$host:$port/api/models/vllm-fleet-lab/tiny-gqa/revision/main" >/dev/null 2>&1; then
+      if [ "$(cat "$pidfile" 2>/dev/null)" = "$server" ] \
+        && curl -fsS "http://$host:$port/api/models/vllm-fleet-lab/tiny-gqa/revision/main" >/dev/null 2>&1; then
         echo "lab hub: serving $root on http://$host:$port (pid $(cat "$pidfile"))"
         exit 0
       fi
