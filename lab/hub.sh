@@ -45,7 +45,7 @@ case "${1:-status}" in
       fi
       if [ "$(cat "$pidfile" 2>/dev/null)" = "$server" ] \
         && curl -fsS "http://$host:$port/api/models/vllm-fleet-lab/tiny-gqa/revision/main" >/dev/null 2>&1; then
-        echo "lab hub: serving $root on http://$host:$port (pid $(cat "$pidfile"))"
+        echo "lab hub: serving $root on http://$host:$port (pid $server)"
         exit 0
       fi
       sleep 0.2
