@@ -3,13 +3,16 @@
 """Filter catalog_profile: a catalog entry's serve profile for one GPU architecture."""
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.catalog_profile import (
-    CatalogProfileError,
-    catalog_profile,
-)
+
+# module_utils imported at a filter's first call (why: plugins/plugin_utils/filters.py).
 
 
 def _catalog_profile(entry, compute_capability=None, profile=None):
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.catalog_profile import (
+        CatalogProfileError,
+        catalog_profile,
+    )
+
     try:
         return catalog_profile(entry, compute_capability, profile)
     except CatalogProfileError as exc:

@@ -3,7 +3,8 @@
 """Filter frontdoor_upstream: the text of the front door's upstream include file."""
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import upstream_conf
+
+# module_utils imported at a filter's first call (why: plugins/plugin_utils/filters.py).
 
 
 def _frontdoor_upstream(port=None, model=None, host="127.0.0.1"):
@@ -11,6 +12,8 @@ def _frontdoor_upstream(port=None, model=None, host="127.0.0.1"):
 
     Without a port the front door is idle (no model deployed), not switching.
     """
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import upstream_conf
+
     try:
         return upstream_conf(None if port in (None, "") else int(port), host=host, model=model,
                              switching=False)

@@ -3,15 +3,16 @@
 """Filters model_fit, model_fit_table, model_fit_gpu: the plan's arithmetic in templates."""
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.model_fit import (
-    ModelFitError,
-    gpu_from_facts,
-    model_fit,
-    render_table,
-)
+
+# module_utils imported at a filter's first call (why: plugins/plugin_utils/filters.py).
 
 
 def _model_fit(config, **kwargs):
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.model_fit import (
+        ModelFitError,
+        model_fit,
+    )
+
     try:
         return model_fit(config, **kwargs)
     except ModelFitError as exc:
@@ -19,6 +20,11 @@ def _model_fit(config, **kwargs):
 
 
 def _model_fit_gpu(gpu_facts):
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.model_fit import (
+        ModelFitError,
+        gpu_from_facts,
+    )
+
     try:
         return gpu_from_facts(gpu_facts)
     except ModelFitError as exc:
@@ -26,6 +32,8 @@ def _model_fit_gpu(gpu_facts):
 
 
 def _model_fit_table(fits, names=None, title=None):
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.model_fit import render_table
+
     try:
         return render_table(fits, names, title)
     except (KeyError, TypeError) as exc:

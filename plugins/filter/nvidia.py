@@ -9,25 +9,24 @@ import binascii
 import re
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_fabric import fabric_warnings
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_facts import (
-    GpuFactsError,
-    allowed_flavours,
-    default_flavour,
-    unexplained_memory,
-)
+
+# module_utils imported at a filter's first call (why: plugins/plugin_utils/filters.py).
 
 EFI_VAR_HEADER = 4  # efivarfs files start with the variable's 4-byte attributes
 
 
 def nvidia_default_flavour(capabilities):
     """['12.0', ...] -> 'open'; ['7.0'] -> 'proprietary'; [] -> 'open'."""
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_facts import default_flavour
+
     flavours = {default_flavour(cc) for cc in capabilities or []}
     return "proprietary" if flavours == {"proprietary"} else "open"
 
 
 def nvidia_allowed_flavours(capabilities):
     """Flavours every GPU in the list can run: ['12.0', '9.0'] -> ['open']."""
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_facts import allowed_flavours
+
     allowed = {"open", "proprietary"}
     for cc in capabilities or []:
         allowed &= set(allowed_flavours(cc))
@@ -36,6 +35,9 @@ def nvidia_allowed_flavours(capabilities):
 
 def nvidia_fabric_warnings(gpu_facts, gpus, tensor_parallel_size=1):
     """Warnings (each with its fix) for a model on `gpus` at this tensor parallel size."""
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_fabric import fabric_warnings
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_facts import GpuFactsError
+
     try:
         return fabric_warnings(gpu_facts, gpus, tensor_parallel_size)
     except (GpuFactsError, KeyError, TypeError, ValueError) as exc:
@@ -44,6 +46,10 @@ def nvidia_fabric_warnings(gpu_facts, gpus, tensor_parallel_size=1):
 
 def nvidia_unexplained_memory(gpu_facts, gpus, threshold_bytes):
     """GPUs among `gpus` holding more memory than their visible processes, above the threshold."""
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_facts import (
+        unexplained_memory,
+    )
+
     try:
         return unexplained_memory(gpu_facts, gpus, int(threshold_bytes))
     except (KeyError, TypeError, ValueError) as exc:
