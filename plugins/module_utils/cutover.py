@@ -275,10 +275,16 @@ class Cutover:
         finally:
             self.phases[name] = round(self.phases.get(name, 0) + self.host.clock() - start, 2)
 
-    def _start_and_gate(self, svc, verb="start", role="green"):
+    def _start_and_gate(self, svc, verb="start", role="green", baseline=None):
         prepare_link(svc)
         try:
-            return self.gate.start(svc, verb, role=role, wall=self.host.wall)
+            return self.gate.start(svc, verb, role=role, wall=self.host.wall, baseline=baseline)
+        except UnitError as exc:
+            raise _cutover_error(exc) from None
+
+    def _baseline(self, svc):
+        try:
+            return self.gate.baseline(svc)
         except UnitError as exc:
             raise _cutover_error(exc) from None
 
@@ -502,6 +508,10 @@ class Cutover:
         bname = (label(blue) if same else blue["model"]) if blue else None
         try:
             self._timed("preflight", self._preflight, blue)
+            # Sequential: green's unit is read (a failed state cleared) before the
+            # outage begins, not inside it.
+            baseline = (self._timed("preflight", self._baseline, self.green)
+                        if blue and self.strategy == "sequential" and not same else None)
         except CutoverError as exc:
             serving = f"{bname} is still serving." if blue else "No model was serving."
             result["active_after"] = result["active_before"]
@@ -520,7 +530,8 @@ class Cutover:
                 blue_stopped = True
                 if self.green.get("gpus") and self.gpu_processes is not None:
                     self._timed("gpu_memory", self._check_memory_now)
-            gate = self._timed("start_green", self._start_and_gate, self.green)
+            gate = self._timed("start_green", self._start_and_gate, self.green, "start", "green",
+                               baseline)
             result["green_health"] = gate
             if not gate["ok"]:
                 raise CutoverError(f"green {gname} failed its health gate "  # noqa: TRY301

@@ -101,7 +101,8 @@ def check_once(base_url, served_model_name, smoke_prompt="Hello", max_tokens=4, 
 
 
 def wait_healthy(base_url, served_model_name, timeout_s, interval_s=2.0, smoke_prompt="Hello",
-                 request=urllib_request, alive=None, clock=time.monotonic, sleep=time.sleep):
+                 request=urllib_request, alive=None, clock=time.monotonic, sleep=time.sleep,
+                 since=None):
     """Poll the gate until it passes, `alive()` says the server died, or time runs out.
 
     `alive` returns (True, "") while the server process may still come up, or
@@ -109,9 +110,11 @@ def wait_healthy(base_url, served_model_name, timeout_s, interval_s=2.0, smoke_p
     server fails the gate at once instead of after the whole timeout; a third
     element, when given, names the stage (default `process`; `stall` for a start
     that stopped printing).
+    `since` is the clock's time the server was started (default: now): `seconds` and
+    the timeout count from it.
     Returns a dict: ok, seconds, stage, detail, attempts.
     """
-    start = clock()
+    start = clock() if since is None else since
     attempts = 0
     stage, detail = "health", "not tried"
     while True:

@@ -266,29 +266,41 @@ class UnitGate:
             return True, ""
         return check
 
-    def start(self, svc, verb="start", role="green", wall=time.time):
+    def start(self, svc, verb="start", role="green", wall=time.time, baseline=None):
         """Start (or restart) `svc` and wait for its gate; returns the gate's outcome.
 
         Each probe reads the unit's journal once (one follower): a unit silent for
         svc["startup_stall_s"] seconds fails the gate at stage `stall` without waiting
-        for svc["startup_timeout_s"], which stays the outer bound.
+        for svc["startup_timeout_s"], which stays the outer bound. The gate's seconds
+        (time-to-healthy) count from the start command. `baseline` (from baseline(),
+        read earlier) saves reading it here.
         """
-        baseline, started_wall = self.launch(svc, verb, wall)
-        return self.watch(svc, baseline, started_wall, role)
+        if baseline is None:
+            baseline = self.baseline(svc)
+        since = self.clock()
+        _unused, started_wall = self.launch(svc, verb, wall, baseline)
+        return self.watch(svc, baseline, started_wall, role, since=since)
 
-    def launch(self, svc, verb="start", wall=time.time):
-        """Start (or restart) `svc` without waiting: (systemd's restart count before, wall time)."""
+    def baseline(self, svc):
+        """Clear the unit's failed state; systemd's restart count, which a start is judged by."""
         self.systemd.try_act("reset-failed", svc["unit"])
-        baseline = int(self.systemd.show(svc["unit"]).get("NRestarts") or 0)
+        return int(self.systemd.show(svc["unit"]).get("NRestarts") or 0)
+
+    def launch(self, svc, verb="start", wall=time.time, baseline=None):
+        """Start (or restart) `svc` without waiting: (systemd's restart count before, wall time)."""
+        if baseline is None:
+            baseline = self.baseline(svc)
         started_wall = wall()
         self.systemd.act(verb, svc["unit"])
         return baseline, started_wall
 
-    def watch(self, svc, baseline, started_wall, role="green", peers_alive=None):
+    def watch(self, svc, baseline, started_wall, role="green", peers_alive=None, since=None):
         """Wait for the gate of `svc`, launched at `started_wall` with `baseline` restarts.
 
         peers_alive: optional, returns (True, "") or (False, why) - a multi-node replica's
         head also fails its gate at once when a worker that joined it stopped.
+        since: the clock's time of the start command (default: now); the gate's seconds
+        and the startup timeout count from it.
         """
         process_alive = self._alive(svc["unit"], baseline)
         journal = JournalFollower(self.systemd, svc["unit"], started_wall - 1, self.clock,
@@ -313,4 +325,4 @@ class UnitGate:
         return wait_healthy(
             svc["url"], svc["served_model_name"], svc["startup_timeout_s"],
             interval_s=self.interval, smoke_prompt=self.smoke_prompt, request=self.request,
-            alive=alive, clock=self.clock, sleep=self.sleep)
+            alive=alive, clock=self.clock, sleep=self.sleep, since=since)

@@ -321,7 +321,7 @@ heal_reason:
   type: str
   sample: "vllm-tiny_gqa.service is active but failed its health probe at completion: POST /v1/completions: timed out"
 time_to_healthy_s:
-  description: Seconds from starting green until it passed its health gate.
+  description: Seconds from the start command of green's unit until green passed its health gate.
   returned: when green passed its gate
   type: float
 green_health:

@@ -148,8 +148,9 @@ def test_first_deploy_starts_green_alone_and_writes_the_record(tmp_path, port):
 def test_sequential_stops_blue_before_green_starts(tmp_path, port):
     world = World(tmp_path, port, green_warmup=3.0)
     result = world.run()
+    # Green's failed state is cleared before the outage begins, not inside it.
     assert world.host.state_calls() == [
-        ("stop", B), ("reset-failed", G), ("start", G), ("enable", G), ("disable", B)]
+        ("reset-failed", G), ("stop", B), ("start", G), ("enable", G), ("disable", B)]
     assert world.host.active_at_start[G] == []  # the GPUs never held both
     assert world.states() == {B: "inactive", G: "active"}
     assert world.host.units[B].enabled is False
@@ -196,7 +197,7 @@ def test_green_crash_rolls_back_to_blue(tmp_path, port):
     assert sorted(fields["phases"]) == ["drain_blue", "preflight", "rollback", "start_green",
                                         "stop_blue"]
     assert world.host.state_calls() == [
-        ("stop", B), ("reset-failed", G), ("start", G),
+        ("reset-failed", G), ("stop", B), ("start", G),
         ("stop", G), ("reset-failed", G), ("reset-failed", B), ("start", B)]
     assert world.states() == {B: "active", G: "inactive"}
     assert ["journalctl", "-u", G, "--since", "@1799999999", "-n", "40", "-r", "--no-pager",

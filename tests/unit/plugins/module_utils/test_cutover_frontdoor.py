@@ -181,14 +181,16 @@ def test_sequential_closes_the_front_door_drains_stops_then_opens_it_on_green(tm
     world.b.max_running = 2
     world.b.inflight = [0.3, 0.5, 0.9]
     result = world.run(drain_timeout=30.0)
+    # Green's failed state is cleared before the front door closes: not in the outage.
     assert world.host.events() == [
+        f"reset-failed {G}",
         "nginx -t", "reload nginx: none",
         f"metrics {B}: running=2 waiting=1",
         f"metrics {B}: running=2 waiting=0",
         f"metrics {B}: running=1 waiting=0",
         f"metrics {B}: running=0 waiting=0",
         f"stop {B}",
-        f"reset-failed {G}", f"start {G}",
+        f"start {G}",
         f"completion {G}: 4 tokens",
         "nginx -t", f"reload nginx: {port}",
         f"enable {G}", f"disable {B}",
@@ -266,9 +268,10 @@ def test_sequential_rollback_points_the_front_door_back_at_blue_after_its_gate(t
     assert exc.msg == ("cutover to green failed: green green failed its health gate at process: "
                        "vllm-green.service failed (failed). Rolled back: blue is serving again.")
     assert world.host.events() == [
+        f"reset-failed {G}",
         "nginx -t", "reload nginx: none",
         f"metrics {B}: running=0 waiting=0",
-        f"stop {B}", f"reset-failed {G}", f"start {G}",
+        f"stop {B}", f"start {G}",
         f"stop {G}", f"reset-failed {G}", f"reset-failed {B}", f"start {B}",
         f"completion {B}: 4 tokens",
         "nginx -t", f"reload nginx: {BLUE_PORT}",

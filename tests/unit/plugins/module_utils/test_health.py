@@ -131,6 +131,21 @@ def test_wait_healthy_polls_until_the_server_has_loaded():
     assert host.sleeps == [2.0, 2.0, 2.0]
 
 
+def test_wait_healthy_counts_seconds_and_the_timeout_from_the_start_command():
+    # Started 1.5 s before the gate's first probe (the start command itself, and what ran
+    # after it): that is part of its time-to-healthy, and of its startup timeout.
+    host = _host(warmup_s=5.0)  # started at 0, healthy from 5.0, probed at 1.5, 3.5, 5.5
+    host.now = 1.5
+    assert _wait(host, since=0.0)["seconds"] == 5.5
+    host = _host(warmup_s=5.0)
+    host.now = 1.5
+    assert _wait(host)["seconds"] == 4.0  # without `since`: from the first probe
+    host = _host(HANG)
+    host.now = 1.5
+    outcome = _wait(host, timeout_s=10, since=0.0)
+    assert (outcome["ok"], outcome["seconds"], outcome["attempts"]) == (False, 11.5, 6)
+
+
 def test_wait_healthy_gives_up_after_the_timeout_on_the_fake_clock():
     host = _host(HANG)
     assert _wait(host, timeout_s=10) == {

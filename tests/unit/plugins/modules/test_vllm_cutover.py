@@ -147,7 +147,7 @@ def test_sequential_switch_from_blue(world, capsys):
     result = run_module(capsys, world.args)
     assert (result["rc"], result["changed"], result["active_before"], result["active_after"]) == (
         0, True, "blue", "green")
-    assert world.state_calls() == [("stop", B), ("reset-failed", G), ("start", G),
+    assert world.state_calls() == [("reset-failed", G), ("stop", B), ("start", G),
                                    ("enable", G), ("disable", B)]
     saved = json.loads(world.state_file.read_text())
     assert saved["previous"] == world.blue
@@ -267,8 +267,9 @@ def test_sequential_switch_through_the_front_door(world, capsys):
         0, True, "sequential", "green")
     port = world.args["port"]
     assert world.events() == [
-        "nginx -t", "reload nginx: none", f"metrics {B}: running=2 waiting=0", f"stop {B}",
-        f"reset-failed {G}", f"start {G}", f"completion {G}: 4 tokens",
+        f"reset-failed {G}", "nginx -t", "reload nginx: none",
+        f"metrics {B}: running=2 waiting=0", f"stop {B}", f"start {G}",
+        f"completion {G}: 4 tokens",
         "nginx -t", f"reload nginx: {port}", f"enable {G}", f"disable {B}"]
     drained = result["blue_drain"]
     assert (drained["drained"], drained["running"], drained["waiting"]) == (False, 2, 0)
