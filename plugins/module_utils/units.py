@@ -53,10 +53,11 @@ class Systemd:
             values[key] = value
         return values
 
-    def act(self, verb, unit):
-        rc, out, err = self.run(["systemctl", verb, unit])
+    def act(self, verb, unit, *flags):
+        argv = ["systemctl", verb, unit, *flags]
+        rc, out, err = self.run(argv)
         if rc != 0:
-            raise UnitError(f"systemctl {verb} {unit} failed (rc={rc}): {(err or out).strip()}",
+            raise UnitError(f"{' '.join(argv)} failed (rc={rc}): {(err or out).strip()}",
                             rc=rc, stdout=out, stderr=err)
 
     def try_act(self, verb, unit):
@@ -132,22 +133,42 @@ def port_holder(host, port, run_command):
     return f"port {port} on {host} is already taken ({detail})"
 
 
-def unit_pids(unit, run_command, cgroup_root=None):
-    """Pids in a unit's cgroup (cgroup v2, under `cgroup_root`), its children included."""
-    cgroup_root = cgroup_root or CGROUP_ROOT
+def unit_cgroup(unit, run_command):
+    """systemd's ControlGroup of `unit` ("" when it has no processes or cannot be read)."""
     rc, out, _err = run_command(["systemctl", "show", unit, "--property=ControlGroup", "--value"])
-    group = out.strip() if rc == 0 else ""
-    pids = set()
+    return out.strip() if rc == 0 else ""
+
+
+def cgroup_procs(group, cgroup_root=None):
+    """Pids in the cgroup `group` (a ControlGroup path) and its children; None when no
+    hierarchy has it.
+
+    systemd keeps its tree at the cgroup root on a cgroup v2 host, under unified/ on a
+    hybrid one (cgroup v1 controllers beside it, as Docker hosts often run) and under
+    systemd/ on a legacy one; the first that holds `group` is read.
+    """
     if not group:
+        return None
+    root = cgroup_root or CGROUP_ROOT
+    for base in (root, os.path.join(root, "unified"), os.path.join(root, "systemd")):
+        top = base + group
+        if not os.path.isdir(top):
+            continue
+        pids = set()
+        for folder, _dirs, files in os.walk(top):
+            if "cgroup.procs" in files:
+                try:
+                    with open(os.path.join(folder, "cgroup.procs"), encoding="utf-8") as handle:
+                        pids.update(int(line) for line in handle if line.strip())
+                except OSError:
+                    continue
         return pids
-    for folder, _dirs, files in os.walk(cgroup_root + group):
-        if "cgroup.procs" in files:
-            try:
-                with open(os.path.join(folder, "cgroup.procs"), encoding="utf-8") as handle:
-                    pids.update(int(line) for line in handle if line.strip())
-            except OSError:
-                continue
-    return pids
+    return None
+
+
+def unit_pids(unit, run_command, cgroup_root=None):
+    """Pids in a unit's cgroup, its children included (empty when none can be read)."""
+    return cgroup_procs(unit_cgroup(unit, run_command), cgroup_root) or set()
 
 
 class JournalFollower:

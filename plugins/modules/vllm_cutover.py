@@ -10,7 +10,9 @@ description:
   - Makes O(model) the active model on the host. The model serving now (blue) comes from the
     deployment record O(state_file); the model asked for is green.
   - V(sequential) points the front door at nothing (503 with Retry-After), drains blue, stops it,
-    then starts green (the GPUs cannot hold both); V(parallel) starts green beside blue, switches
+    then starts green (the GPUs cannot hold both) as soon as blue's engine and workers have exited
+    and nvidia-smi lists none of blue's processes on green's GPUs, while blue's API server may
+    still be exiting (RV(blue_released_early)); V(parallel) starts green beside blue, switches
     the front door and drains and stops blue only after green passed its health gate;
     V(auto) is parallel when blue's and green's GPU sets are disjoint, else sequential.
   - The health gate is C(GET /health) 200, C(GET /v1/models) listing O(served_model_name), and one
@@ -105,7 +107,8 @@ options:
       - Bytes of memory in use on one of green's GPUs that no process nvidia-smi lists may hold,
         before the switch refuses (inside an LXC container, other containers' processes are not
         listed, yet their memory is). Checked at preflight, and for a sequential switch again once
-        blue has stopped, right before green starts.
+        blue's GPU holders have exited (green waits for blue's whole stop while it is not met),
+        right before green starts.
     type: int
     default: 1073741824
   drain_timeout:
@@ -307,6 +310,16 @@ blue_drain:
   description: How blue's drain went (drained, seconds, running, waiting).
   returned: when blue was drained
   type: dict
+blue_released_early:
+  description:
+    - Sequential switch to another unit - whether green was started once blue's GPU holders
+      had exited (vLLM's engine core and workers; with GPUs, none of blue's processes listed by
+      nvidia-smi on green's GPUs) while blue's API server was still exiting (V(true)), or only
+      after blue's whole unit had stopped (V(false); its cgroup could not be read).
+    - C(phases.stop_blue) is the seconds until green could start, either way; blue's stop is
+      waited for before blue's unit is disabled or started again by a rollback.
+  returned: when a sequential switch stopped blue
+  type: bool
 strategy:
   description: The strategy used (V(auto) resolved).
   returned: always

@@ -63,8 +63,15 @@ FRONTDOOR_503 = json.dumps({"error": {
 class FakeUnit:
     def __init__(self, name, url=None, served=None, *, installed=True, active=False,
                  behaviour=HEALTHY, warmup_s=0.0, journal=(), port=None, engines=1,
-                 max_running=256, worker_pids=(), prints=(), behaviour_after_restart=None):
+                 max_running=256, worker_pids=(), prints=(), behaviour_after_restart=None,
+                 release_s=0.0, exit_s=0.0):
         self.name = name
+        # After SIGTERM (a stop): seconds until the worker processes are gone, and until the
+        # main process has exited too and the unit is inactive (systemctl stop returns then).
+        self.release_s = release_s
+        self.exit_s = max(exit_s, release_s)
+        self.stop_asked = None  # fake time of a stop still in progress (--no-block)
+        self.released = False   # its worker processes are gone (the GPUs are free)
         # what the server does after `systemctl restart` (a stalled engine comes back healthy)
         self.behaviour_after_restart = behaviour_after_restart
         self.url = url
@@ -145,6 +152,8 @@ class FakeHost:
         self.ss_out = ""
         # unit -> names of the other units active at the moment it was started
         self.active_at_start = {}
+        # unit -> {other unit: its GPU-holding worker pids} at the moment it was started
+        self.holders_at_start = {}
         # what happened, in order: state-changing systemctl, nginx, /metrics scrapes, gates
         self.timeline = []
         self.nginx = None
@@ -165,7 +174,7 @@ class FakeHost:
         folder = Path(self.cgroup_root, "system.slice", unit.name)
         if unit.main_pid:
             folder.mkdir(parents=True, exist_ok=True)
-            pids = [unit.main_pid, *unit.worker_pids]
+            pids = [unit.main_pid, *([] if unit.released else unit.worker_pids)]
             (folder / "cgroup.procs").write_text("".join(f"{pid}\n" for pid in pids))
         elif folder.exists():
             shutil.rmtree(folder)
@@ -180,6 +189,34 @@ class FakeHost:
     def sleep(self, seconds):
         self.sleeps.append(seconds)
         self.now += seconds
+        self._stopping()
+
+    def _stopping(self):
+        """Move each unit that is stopping (--no-block) on to where the clock says."""
+        for unit in self.units.values():
+            if unit.stop_asked is None:
+                continue
+            if not unit.released and self.now >= unit.stop_asked + unit.release_s:
+                unit.released = True
+                if unit.exit_s:  # a unit whose stop takes time shows its steps
+                    self.timeline.append(f"workers exited {unit.name}")
+                self._sync_cgroup(unit)
+            if self.now >= unit.stop_asked + unit.exit_s:
+                self._stopped(unit)
+
+    def _stopped(self, unit):
+        if unit.stop_asked is not None and unit.exit_s:
+            self.timeline.append(f"stopped {unit.name}")
+        unit.active_state, unit.sub_state = "inactive", "dead"
+        unit.main_pid, unit.started_at, unit.stop_asked = 0, None, None
+        unit.released = False
+        unit.inflight = []  # requests still in flight are cut off
+        self._sync_cgroup(unit)
+
+    def gpu_holders(self, exclude=None):
+        """unit -> its worker pids still running (vLLM's engine and workers hold the GPUs)."""
+        return {u.name: list(u.worker_pids) for u in self.units.values()
+                if u is not exclude and u.main_pid and u.worker_pids and not u.released}
 
     # -- run_command -----------------------------------------------------------
     def run_command(self, argv):  # noqa: PLR0911 - one answer per program, as the host
@@ -256,11 +293,7 @@ class FakeHost:
         if verb in ("start", "restart"):
             return self._start(unit, restart=verb == "restart")
         if verb == "stop":
-            unit.active_state, unit.sub_state = "inactive", "dead"
-            unit.main_pid, unit.started_at = 0, None
-            unit.inflight = []  # requests still in flight are cut off
-            self._sync_cgroup(unit)
-            return 0, "", ""
+            return self._stop(unit, no_block="--no-block" in rest)
         if verb in ("enable", "disable"):
             unit.enabled = verb == "enable"
             return 0, "", ""
@@ -281,11 +314,29 @@ class FakeHost:
             return 0, "".join(f"{props[key]}\n" for key in wanted), ""
         return 0, "".join(f"{key}={props[key]}\n" for key in wanted), ""
 
+    def _stop(self, unit, no_block):
+        """SIGTERM: with --no-block systemctl returns at once and the unit is `deactivating`
+        until the clock reaches its exit; without, it returns once the unit has stopped (the
+        clock moves on to then)."""
+        if unit.main_pid and unit.stop_asked is None:
+            unit.stop_asked = self.now
+            unit.active_state, unit.sub_state = "deactivating", "stop-sigterm"
+        if unit.stop_asked is not None and not no_block:
+            self.now = max(self.now, unit.stop_asked + unit.exit_s)
+        if unit.stop_asked is None or unit.stop_asked + unit.exit_s <= self.now:
+            self._stopped(unit)
+        else:
+            self._stopping()
+        return 0, "", ""
+
     def _start(self, unit, restart):
+        if unit.stop_asked is not None:  # a start queued behind a stop runs once it ended
+            self._stop(unit, no_block=False)
         if unit.active_state == "active" and not restart:
             return 0, "", ""  # systemctl start on a running unit does nothing
         self.active_at_start[unit.name] = sorted(
             u.name for u in self.units.values() if u.active_state == "active" and u is not unit)
+        self.holders_at_start[unit.name] = self.gpu_holders(exclude=unit)
         if unit.behaviour == START_FAILS:
             unit.active_state, unit.sub_state = "failed", "failed"
             return 1, "", (f"Job for {unit.name} failed because the control process exited "

@@ -80,8 +80,11 @@ class World:
         self.before = self.state_file.read_bytes() if record else None
 
     def cutover(self, **kwargs):
+        # No cgroup is kept here (the fake's cgroup_root is None): a switch waits for blue's
+        # whole stop, as it does on a host whose cgroup it cannot read.
         host = Host(self.host.run_command, request=self.host.request, clock=self.host.clock,
-                    wall=self.host.wall, sleep=self.host.sleep)
+                    wall=self.host.wall, sleep=self.host.sleep,
+                    cgroup_root=str(self.state_file.parent / "no-cgroup"))
         procs = kwargs.pop("gpu_processes", None)
         return Cutover(host, self.green, str(self.state_file), Settings(**kwargs),
                        gpu_processes=procs)
@@ -154,6 +157,8 @@ def test_sequential_stops_blue_before_green_starts(tmp_path, port):
     assert world.host.active_at_start[G] == []  # the GPUs never held both
     assert world.states() == {B: "inactive", G: "active"}
     assert world.host.units[B].enabled is False
+    assert ["systemctl", "stop", B] in world.host.calls  # its cgroup unread: the whole stop
+    assert result["blue_released_early"] is False
     assert (result["action"], result["active_before"], result["active_after"],
             result["blue"], result["rolled_back"]) == ("switch", "blue", "green", "blue", False)
     # Blue has no requests in flight (its /metrics says 0), so its drain ends at once.

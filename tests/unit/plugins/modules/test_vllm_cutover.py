@@ -144,11 +144,21 @@ def test_first_deploy_switches_and_shows_the_diff(world, capsys):
 
 def test_sequential_switch_from_blue(world, capsys):
     write_record(str(world.state_file), {"active": world.blue, "previous": None, "history": []})
+    # blue's worker exits at SIGTERM, its API server later (the module runs on the real clock,
+    # the fake's stands still: only the blocking stop moves it on to blue's exit)
+    world.units[B].release_s, world.units[B].exit_s = 0.0, 0.433
     result = run_module(capsys, world.args)
     assert (result["rc"], result["changed"], result["active_before"], result["active_after"]) == (
         0, True, "blue", "green")
+    assert world.active_at_start[G] == []
+    assert world.holders_at_start[G] == {}
+    # Blue is stopped without waiting (--no-block); green starts once blue's worker is gone,
+    # and blue's stop is waited for before it is disabled.
     assert world.state_calls() == [("reset-failed", G), ("stop", B), ("start", G),
-                                   ("enable", G), ("disable", B)]
+                                   ("enable", G), ("stop", B), ("disable", B)]
+    assert [c for c in world.calls if c[:2] == ["systemctl", "stop"]] == [
+        ["systemctl", "stop", B, "--no-block"], ["systemctl", "stop", B]]
+    assert result["blue_released_early"] is True
     saved = json.loads(world.state_file.read_text())
     assert saved["previous"] == world.blue
     assert saved["history"] == [world.blue]
