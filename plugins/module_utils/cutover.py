@@ -272,6 +272,7 @@ class Cutover:
                              journal_lines=self.settings.journal_lines)
         self.phases = {}
         self.link_now = None  # where green's model link pointed when the run decided
+        self.blue_exiting = False  # blue's stop was asked with --no-block and may still run
 
     # -- pieces ------------------------------------------------------------
     def _timed(self, name, func, *args):
@@ -532,8 +533,8 @@ class Cutover:
                     self._timed("frontdoor", self.frontdoor.point, None)
                     down_since = self.host.clock()
                 self._timed("drain_blue", self._drain, blue, result, "blue_drain")
+                blue_stopped = True  # asked to stop: a failure from here starts it again
                 self._stop_blue_first(blue, same, result)
-                blue_stopped = True
                 if self.green.get("gpus") and self.gpu_processes is not None:
                     self._timed("gpu_memory", self._check_memory_now)
             gate = self._timed("start_green", self._start_and_gate, self.green, "start", "green",
@@ -579,8 +580,10 @@ class Cutover:
 
     def _retire_blue(self, blue, blue_stopped, result):
         """Green serves: blue (another unit) is stopped, its stop ended, and disabled."""
-        if result.get("blue_released_early"):
-            self._act("stop", blue["unit"])  # waits for the rest of blue's stop
+        if self.blue_exiting:
+            # the rest of blue's stop; green serves whatever it says
+            self.systemd.try_act("stop", blue["unit"])
+            self.blue_exiting = False
         elif not blue_stopped:
             self._timed("drain_blue", self._drain, blue, result, "blue_drain")
             self._timed("stop_blue", self._act, "stop", blue["unit"])
@@ -595,34 +598,51 @@ class Cutover:
         tears its interpreter down (0.4 s on the lab): time the clients of a sequential
         switch would spend on 503s. So blue is stopped with --no-block, and green may start
         once blue's unit has no process left but its main one and, where nvidia-smi is read,
-        none of blue's processes is listed on green's GPUs and their memory is explained.
-        Otherwise (blue's cgroup cannot be read, its main process is not in it, or memory
-        stays held) this waits for the whole stop, as `systemctl stop` does, and the memory
-        check after it has the word.
+        it lists none of blue's processes (those of the unit before the stop included) on
+        green's GPUs and their memory is explained. Otherwise (blue's cgroup cannot be read,
+        its main process is not in it, memory stays held) this waits for the whole stop, as
+        `systemctl stop` does, and the memory check after it has the word. A stop that
+        ends with processes still in blue's unit fails the switch (it rolls back); a stop
+        job that was cancelled (blue active again) is asked for once more, blocking.
         """
         unit = blue["unit"]
         run, root = self.host.run_command, self.host.cgroup_root
         main = int(self._show(unit).get("MainPID") or 0)
         group = unit_cgroup(unit, run)
-        if not main or main not in (cgroup_procs(group, root) or ()):
+        before = cgroup_procs(group, root) or set()
+        if not main or main not in before:
             self._act("stop", unit)
             return False
+        self.blue_exiting = True  # until its stop is known to have ended
         self._act("stop", unit, "--no-block")
         asked = self.host.clock()
         while True:
             pids = cgroup_procs(group, root) or set()
-            if not pids - {main} and not self._gpus_held(pids):
-                return bool(pids)
+            if not pids:  # blue's whole unit has stopped: the memory check has the word
+                self.blue_exiting = False
+                return False
+            if not pids - {main} and not self._gpus_held(pids | before):
+                return True
             if self.host.clock() - asked >= RELEASE_STATE_S:
                 asked = self.host.clock()
-                if self._show(unit).get("ActiveState") not in ("active", "deactivating"):
-                    return False  # the stop ended (or failed): the memory check has the word
+                state = self._show(unit).get("ActiveState")
+                if state == "active":  # the stop job was cancelled: stop it, waiting
+                    self._act("stop", unit)
+                    state = "inactive"
+                if state != "deactivating":
+                    left = (cgroup_procs(group, root) or set()) - {main}
+                    if left:
+                        raise CutoverError(
+                            f"blue {blue['model']}'s stop ended ({state}) with processes "
+                            f"still in {unit}: pids {', '.join(map(str, sorted(left)))}")
+                    self.blue_exiting = False
+                    return False
             self.host.sleep(RELEASE_POLL_S)
 
     def _gpus_held(self, pids):
-        """Whether green's GPUs are still held while blue's `pids` run: nvidia-smi lists one
-        of them there, or memory there is in use that no listed process explains (inside an
-        LXC container blue's own processes are not listed). False without GPUs to read."""
+        """Whether green's GPUs are still held by blue's `pids`: nvidia-smi lists one of them
+        there, or memory there is in use that no listed process explains (inside an LXC
+        container blue's own processes are not listed). False without GPUs to read."""
         if not (pids and self.green.get("gpus") and self.gpu_processes is not None):
             return False
         snap = self._snapshot()
@@ -636,8 +656,9 @@ class Cutover:
     def _rollback(self, blue, blue_stopped, result):
         self.systemd.try_act("stop", self.green["unit"])
         self.systemd.try_act("reset-failed", self.green["unit"])
-        if result.get("blue_released_early"):
-            self.systemd.try_act("stop", blue["unit"])  # the rest of blue's stop
+        if self.blue_exiting:  # the rest of blue's stop, before blue starts again
+            self.systemd.try_act("stop", blue["unit"])
+            self.blue_exiting = False
         # A revision update stopped (or tried to stop) the one unit both use: start blue again.
         if blue and (blue_stopped or self._same_unit(blue)):
             try:

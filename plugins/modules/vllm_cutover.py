@@ -312,13 +312,14 @@ blue_drain:
   type: dict
 blue_released_early:
   description:
-    - Sequential switch to another unit - whether green was started once blue's GPU holders
+    - Sequential switch to another unit - V(true) when green was started once blue's GPU holders
       had exited (vLLM's engine core and workers; with GPUs, none of blue's processes listed by
-      nvidia-smi on green's GPUs) while blue's API server was still exiting (V(true)), or only
-      after blue's whole unit had stopped (V(false); its cgroup could not be read).
+      nvidia-smi on green's GPUs and their memory explained) while blue's API server was still
+      exiting; V(false) when green started only after blue's whole unit had stopped (its cgroup
+      could not be read, memory stayed held, or the stop ended first).
     - C(phases.stop_blue) is the seconds until green could start, either way; blue's stop is
       waited for before blue's unit is disabled or started again by a rollback.
-  returned: when a sequential switch stopped blue
+  returned: when a sequential switch to another unit got past blue's stop
   type: bool
 strategy:
   description: The strategy used (V(auto) resolved).

@@ -29,6 +29,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import 
     record_metrics,
     upstream_conf,
 )
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_facts import GpuFactsError
 
 from unit.fake_host import CRASH, FakeHost
 
@@ -278,9 +279,9 @@ def test_sequential_rollback_waits_for_the_rest_of_blues_stop_before_starting_it
     assert world.b.active_state == "active"
 
 
-def test_a_blue_stop_that_fails_with_a_worker_left_ends_the_wait(tmp_path, port):
+def test_a_blue_stop_that_fails_with_a_worker_left_rolls_back(tmp_path, port):
     """A worker that does not exit (stuck in the driver): systemd's stop times out, the unit
-    ends `failed` with the process still in its cgroup; green's wait ends there."""
+    ends `failed` with the process still in its cgroup. Green must not start on its GPUs."""
     world = World(tmp_path, port)
     world.b.release_s = world.b.exit_s = 10_000.0
     fake_sleep = world.host.sleep
@@ -291,10 +292,74 @@ def test_a_blue_stop_that_fails_with_a_worker_left_ends_the_wait(tmp_path, port)
             world.b.active_state, world.b.sub_state = "failed", "failed"
 
     world.host.sleep = sleep
+    exc = world.fail()
+    assert exc.msg == ("cutover to green failed: blue blue's stop ended (failed) with processes "
+                       f"still in {B}: pids 4301, 4302. Rolled back: blue is serving again.")
+    assert ("start", G) not in world.host.state_calls()
+    assert world.b.active_state == "active"
+
+
+def test_a_cancelled_stop_of_blue_is_asked_again_and_waited_for(tmp_path, port):
+    """Something started blue again while it stopped (its stop job cancelled): the switch
+    stops it once more, waiting, instead of polling a running blue for ever."""
+    world = World(tmp_path, port)
+    world.b.release_s, world.b.exit_s = 5.0, 5.0
+    fake_sleep = world.host.sleep
+
+    def sleep(seconds):
+        fake_sleep(seconds)
+        if world.host.now >= 0.5 and world.b.active_state == "deactivating":
+            world.b.stop_asked = None
+            world.b.active_state, world.b.sub_state = "active", "running"
+
+    world.host.sleep = sleep
     result = world.run()
     assert result["blue_released_early"] is False
-    assert result["phases"]["stop_blue"] == 3.0
+    assert [c for c in world.host.calls if c[:2] == ["systemctl", "stop"]][:2] == [
+        ["systemctl", "stop", B, "--no-block"], ["systemctl", "stop", B]]
+    events = world.host.events()
+    assert events.index(f"stopped {B}") < events.index(f"start {G}")
     assert world.g.active_state == "active"
+
+
+def test_green_waits_while_nvidia_smi_still_lists_a_worker_gone_from_blues_cgroup(tmp_path,
+                                                                                 port):
+    world = World(tmp_path, port, green_gpus=[0, 1])
+    world.b.release_s, world.b.exit_s = RELEASE_S, EXIT_S
+    b, asked = world.b, []
+
+    def procs():  # the driver lists worker 4301 until 0.19 s after blue's SIGTERM
+        if b.stop_asked is not None and not asked:
+            asked.append(b.stop_asked)
+        if b.main_pid and (not asked or world.host.now < asked[0] + 0.19):
+            return [{"pid": 4301, "gpu_index": 0, "used_memory_bytes": 80 * GIB}]
+        return []
+
+    result = world.run(gpu_processes=procs)
+    assert result["blue_released_early"] is True
+    assert result["phases"]["stop_blue"] == 0.2  # the first 0.02 s poll after 0.19 s
+    assert world.host.holders_at_start[G] == {}
+
+
+def test_nvidia_smi_failing_while_blue_stops_rolls_back_after_blues_stop(tmp_path, port):
+    world = World(tmp_path, port, green_gpus=[0, 1])
+    world.b.release_s, world.b.exit_s = 0.2, EXIT_S
+    b = world.b
+
+    def procs():
+        if b.stop_asked is not None:
+            raise GpuFactsError("nvidia-smi: Unable to determine the device handle for GPU1")
+        return []
+
+    exc = world.fail(gpu_processes=procs)
+    assert exc.msg.startswith("cutover to green failed: nvidia-smi could not be read")
+    assert exc.msg.endswith("Rolled back: blue is serving again.")
+    events = world.host.events()
+    assert events[events.index(f"stop {B}"):events.index(f"start {B}") + 1] == [
+        f"stop {B}", f"workers exited {B}", f"stop {G}", f"reset-failed {G}", f"stop {B}",
+        f"stopped {B}", f"reset-failed {B}", f"start {B}"]
+    assert ("start", G) not in world.host.state_calls()
+    assert world.b.active_state == "active"
 
 
 def test_sequential_drain_timeout_still_stops_blue_and_reports_the_counts(tmp_path, port):
