@@ -322,8 +322,7 @@ def test_a_cancelled_stop_of_blue_is_asked_again_and_waited_for(tmp_path, port):
     assert world.g.active_state == "active"
 
 
-def test_green_waits_while_nvidia_smi_still_lists_a_worker_gone_from_blues_cgroup(tmp_path,
-                                                                                 port):
+def test_green_waits_while_nvidia_smi_lists_a_worker_gone_from_blues_cgroup(tmp_path, port):
     world = World(tmp_path, port, green_gpus=[0, 1])
     world.b.release_s, world.b.exit_s = RELEASE_S, EXIT_S
     b, asked = world.b, []
