@@ -43,7 +43,6 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.units import (
     UnitGate,
     cgroup_procs,
     port_holder,
-    unit_cgroup,
     unit_pids,
 )
 
@@ -580,14 +579,17 @@ class Cutover:
 
     def _retire_blue(self, blue, blue_stopped, result):
         """Green serves: blue (another unit) is stopped, its stop ended, and disabled."""
-        if self.blue_exiting:
-            # the rest of blue's stop; green serves whatever it says
-            self.systemd.try_act("stop", blue["unit"])
-            self.blue_exiting = False
+        if self.blue_exiting:  # green serves whatever the rest of blue's stop says
+            self._finish_blue_stop(blue)
         elif not blue_stopped:
             self._timed("drain_blue", self._drain, blue, result, "blue_drain")
             self._timed("stop_blue", self._act, "stop", blue["unit"])
         self.systemd.try_act("disable", blue["unit"])
+
+    def _finish_blue_stop(self, blue):
+        """Wait for the rest of a stop `_release` asked for with --no-block."""
+        self.systemd.try_act("stop", blue["unit"])
+        self.blue_exiting = False
 
     def _release(self, blue):
         """Sequential: stop blue and return once it holds no GPU, not once its whole unit
@@ -605,10 +607,12 @@ class Cutover:
         ends with processes still in blue's unit fails the switch (it rolls back); a stop
         job that was cancelled (blue active again) is asked for once more, blocking.
         """
-        unit = blue["unit"]
-        run, root = self.host.run_command, self.host.cgroup_root
-        main = int(self._show(unit).get("MainPID") or 0)
-        group = unit_cgroup(unit, run)
+        unit, root = blue["unit"], self.host.cgroup_root
+        try:  # one systemctl call: this runs inside the outage
+            shown = self.systemd.show(unit, ("MainPID", "ControlGroup"))
+        except UnitError as exc:
+            raise _cutover_error(exc) from None
+        main, group = int(shown.get("MainPID") or 0), shown.get("ControlGroup", "")
         before = cgroup_procs(group, root) or set()
         if not main or main not in before:
             self._act("stop", unit)
@@ -656,9 +660,8 @@ class Cutover:
     def _rollback(self, blue, blue_stopped, result):
         self.systemd.try_act("stop", self.green["unit"])
         self.systemd.try_act("reset-failed", self.green["unit"])
-        if self.blue_exiting:  # the rest of blue's stop, before blue starts again
-            self.systemd.try_act("stop", blue["unit"])
-            self.blue_exiting = False
+        if self.blue_exiting:  # before blue starts again
+            self._finish_blue_stop(blue)
         # A revision update stopped (or tried to stop) the one unit both use: start blue again.
         if blue and (blue_stopped or self._same_unit(blue)):
             try:
