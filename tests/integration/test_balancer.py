@@ -367,10 +367,17 @@ def test_active_checks_take_a_server_out_after_fall_and_back_after_rise(tmp_path
 
 
 def test_answers_that_fail_take_a_server_out_at_the_error_limit(tmp_path, doors):
-    """Passive: `observe layer7` counts 5xx answers to clients' requests in a row."""
+    """Passive: `observe layer7` counts 5xx answers to clients' requests in a row.
+
+    An active check that passes clears HAProxy's count of errors in a row (src/check.c,
+    set_server_check_status: `clear consecutive_errors if observing is enabled`), so with
+    checks every 100 ms one could land between the answers (1 run in about 30 under load,
+    2026-12-03). Here the active checks are a minute apart: HAProxy spreads the first
+    ones over the interval, so none runs while the three requests are answered.
+    """
     b1 = doors["b1"]
     b1.failing = True
-    with balancer(tmp_path, **settings(doors)) as bal:
+    with balancer(tmp_path, **settings(doors, vllm_balancer_check_interval_ms=60000)) as bal:
         below = [call(bal.url, "/v1/completions", KEY, {"model": "kimi", "prompt": "hi"})
                  for _n in range(ERROR_LIMIT - 1)]
         row_below = bal.runtime.stat("kimi", "b1")
@@ -379,7 +386,9 @@ def test_answers_that_fail_take_a_server_out_at_the_error_limit(tmp_path, doors)
         log = (bal.folder / "haproxy.log").read_text()
     assert [a[0] for a in [*below, at]] == [500] * ERROR_LIMIT
     assert json.loads(at[2])["error"]["host"] == "b1"  # the host's own answer, passed on
-    assert (row_below["chkdown"], row_at["chkdown"]) == ("0", "1")
+    assert (row_below["chkdown"], row_at["chkdown"]) == ("0", "1"), (dict(row_at), log)
+    # "UP 1/3": up, no active check has passed yet (the first is up to a minute away)
+    assert (row_below["status"].split()[0], row_at["status"]) == ("UP", "DOWN")
     assert "Server kimi/b1 is DOWN, reason: Health analyze" in log
 
 
