@@ -241,7 +241,8 @@ def cutover_under_load(args, green, strategy):
     summary.update({"rc": rc, "green": green, "strategy": strategy,
                     "time_to_healthy_s": res.get("time_to_healthy_s"),
                     "downtime_s": res.get("downtime_s"), "msg": res.get("msg", ""),
-                    "phases": res.get("phases", {}), "drain": res.get("blue_drain", {})})
+                    "phases": res.get("phases", {}), "drain": res.get("blue_drain", {}),
+                    "blue_released_early": res.get("blue_released_early")})
     tth = summary["time_to_healthy_s"]
     summary["ratio"] = round(summary["window_s"] / tth, 3) if tth else None
     return summary
@@ -299,6 +300,18 @@ def targets_missed(row):
     return missed
 
 
+def row_detail(row):
+    """One switch's phases and drain; for a sequential switch, when green could start."""
+    text = (f"  {row['strategy']} -> {row['green']}: phases (s) {row['phases']}; "
+            f"blue drain {row['drain']}")
+    early = row.get("blue_released_early")
+    if early is True:
+        text += "; green started once blue's engine and workers had exited"
+    elif early is False:
+        text += "; green started once blue's whole unit had stopped"
+    return text
+
+
 def print_table(rows):
     header = ["strategy", "green", "sent", "failed", "503+RA", "other", "window s",
               "TTH s", "ratio", "downtime s", "in-flight ok"]
@@ -354,8 +367,7 @@ def main():
           "failed = every answer that is not 2xx and every request without one")
     print_table(rows)
     for r in rows:
-        print(f"  {r['strategy']} -> {r['green']}: phases (s) {r['phases']}; "
-              f"blue drain {r['drain']}")
+        print(row_detail(r))
     total = sum(r["sent"] for r in rows if r["strategy"] == "parallel")
     if "parallel" in args.strategies and total < args.min_requests:
         problems.append(f"parallel runs sent {total} requests, fewer than {args.min_requests}")

@@ -190,3 +190,16 @@ def test_no_active_model_when_nothing_answers():
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     assert cutover.active_model(f"http://127.0.0.1:{port}") is None
+
+
+@pytest.mark.parametrize(("early", "says"), [
+    (True, "; green started once blue's engine and workers had exited"),
+    (False, "; green started once blue's whole unit had stopped"),
+    (None, ""),
+])
+def test_the_detail_line_says_when_a_sequential_green_could_start(early, says):
+    row = {"strategy": "sequential", "green": "tiny_mla", "phases": {"stop_blue": 0.23},
+           "drain": {"in_flight": 2}, "blue_released_early": early}
+    assert cutover.row_detail(row) == (
+        "  sequential -> tiny_mla: phases (s) {'stop_blue': 0.23}; blue drain {'in_flight': 2}"
+        + says)
