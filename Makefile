@@ -54,10 +54,15 @@ unit:
 	pytest -n 2 tests/unit tests/integration
 
 # Each scenario's minutes against molecule/budgets.yml, as a table at the end.
+# The Hubs and the lab network it started are gone afterwards, pass or fail
+# (a `make demo` next would otherwise meet the port held); ones already there stay.
 molecule:
 	bash lab/images-wait.sh
-	bash lab/hub.sh start
-	python scripts/molecule_timed.py $(MOLECULE_SCENARIOS)
+	hub=$$(bash lab/hub.sh status >/dev/null && echo keep || echo stop); \
+	net=$$(bash lab/network.sh status >/dev/null 2>&1 && echo keep || echo stop); \
+	bash lab/hub.sh start && python scripts/molecule_timed.py $(MOLECULE_SCENARIOS); rc=$$?; \
+	[ $$net = keep ] || bash lab/network.sh down; [ $$hub = keep ] || bash lab/hub.sh stop; \
+	exit $$rc
 
 # Benchmarks with large request counts; their figures are committed.
 bench: lab

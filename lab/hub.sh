@@ -39,8 +39,17 @@ case "${1:-status}" in
       # port and answer while ours is still starting (it writes its pid file only once
       # it holds the port, and exits when it cannot have it).
       if ! kill -0 "$server" 2>/dev/null; then
-        echo "lab hub: the server exited (is another lab hub on port $port? LAB_HUB_PORT picks another); log:" >&2
+        echo "lab hub: the server exited; log:" >&2
         cat "$log" >&2
+        holder=$({ ss -Htlnp src "$host:$port"; ss -Htlnp src "0.0.0.0:$port"; } 2>/dev/null \
+          | grep -o 'pid=[0-9]*' | head -1 | cut -d= -f2)
+        if [ -n "$holder" ]; then
+          where=$(readlink "/proc/$holder/cwd" 2>/dev/null || echo "?")
+          echo "lab hub: port $port is held by pid $holder ($(tr '\0' ' ' < "/proc/$holder/cmdline" 2>/dev/null)) in $where." >&2
+          echo "  Another checkout's lab: stop it with: cd $where && make lab-down" >&2
+          echo "  (or only its Hub: cd $where && LAB_HUB_HOST=$host bash lab/hub.sh stop)," >&2
+          echo "  or give this one another port: LAB_HUB_PORT=8766, and -e vllm_fleet_hf_endpoint=http://$host:8766 to the playbooks." >&2
+        fi
         exit 1
       fi
       if [ "$(cat "$pidfile" 2>/dev/null)" = "$server" ] \
