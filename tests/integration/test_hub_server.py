@@ -277,6 +277,25 @@ def _get(url, headers=None):
         return r.status, dict(r.headers), r.read()
 
 
+def test_bytes_a_client_has_read_are_counted_when_it_asks(hub, monkeypatch):
+    # The counter once lagged the socket: the server wrote a chunk, then
+    # counted it, and a client quick to ask /_stats saw 100 of 110 bytes
+    # (test_range_requests_and_byte_counter failed so in a CI-like run). A slow
+    # counter makes that order show every time: counted after the write, the
+    # stats below would miss the 100 bytes.
+    slow_add = hub.server.faults.add_bytes
+
+    def add_bytes_slowly(key, n):
+        time.sleep(0.3)
+        slow_add(key, n)
+
+    monkeypatch.setattr(hub.server.faults, "add_bytes", add_bytes_slowly)
+    url = hub.url + "/org/small/resolve/main/model-00001-of-00002.safetensors"
+    status, _, body = _get(url, {"Range": "bytes=100-199"})
+    assert (status, len(body)) == (206, 100)
+    assert hub.stats()["bytes_sent"] == {"org/small/model-00001-of-00002.safetensors": 100}
+
+
 def test_range_requests_and_byte_counter(hub):
     url = hub.url + "/org/small/resolve/main/model-00001-of-00002.safetensors"
     full = (hub.root / "org/small/model-00001-of-00002.safetensors").read_bytes()
