@@ -24,8 +24,14 @@ scenario without one has no limit. `total` is the wall time of all stages.
 The table goes to stdout and to .lab/molecule-times.txt. Every scenario runs
 even after one fails, so a CI log shows them all; the exit status is 1 if any
 failed or ran over its budget.
+
+Every scenario's output is also kept in .lab/molecule-<scenario>.log, and
+after the table each failed scenario's failed tasks (the task, its host and
+the result Ansible printed) are printed again: a CI system that keeps only
+the end of a long log still shows why.
 """
 
+import re
 import subprocess
 import sys
 import threading
@@ -75,28 +81,79 @@ def run_stage(lanes):
 
 
 def run_lane(lane, log):
-    """Run one lane (`a` or an `a+b` chain); [(scenario, rc, minutes)]."""
+    """Run one lane (`a` or an `a+b` chain); [(scenario, rc, minutes)].
+
+    With `log` None (a stage of one lane) molecule's output is shown as it
+    comes and kept in LOGS as well; otherwise it only goes to the log.
+    """
     rows = []
     for name, extra in runs([lane]):
-        out = None
-        if log is not None:
-            out = open(log / f"molecule-{name}.log", "w")  # noqa: SIM115 - closed below
-        try:
+        with open(LOGS / f"molecule-{name}.log", "w") as out:
             if extra == ["--destroy", "never"]:
-                subprocess.call(["molecule", "destroy", "-s", name], cwd=ROOT,
-                                stdout=out, stderr=out)
+                run_logged(["molecule", "destroy", "-s", name], out, echo=log is None)
             print(f"\n== molecule test -s {name} {' '.join(extra)}".rstrip(), flush=True)
             start = time.monotonic()
-            rc = subprocess.call(["molecule", "test", "-s", name, *extra], cwd=ROOT,
-                                 stdout=out, stderr=subprocess.STDOUT if out else None)
+            rc = run_logged(["molecule", "test", "-s", name, *extra], out, echo=log is None)
             minutes = (time.monotonic() - start) / 60
             result = "ok" if rc == 0 else "FAILED"
             print(f"== molecule test -s {name}: {result} in {minutes:.1f} min", flush=True)
             rows.append((name, rc, minutes))
-        finally:
-            if out is not None:
-                out.close()
     return rows
+
+
+def run_logged(argv, out, echo):
+    """Run argv in ROOT, its stdout and stderr into the file out (and to stdout if echo); rc."""
+    if not echo:
+        return subprocess.call(argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+    with subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, errors="replace", bufsize=1) as proc:
+        for line in proc.stdout:
+            out.write(line)
+            sys.stdout.write(line)
+            sys.stdout.flush()
+    return proc.returncode
+
+
+# Ansible's lines that open a failed result, and molecule's own error lines.
+_FAILURE = re.compile(r"^(fatal: \[|failed: \[|ERROR |CRITICAL )")
+
+
+def failure_excerpt(text, head=25, tail=45, last=4):
+    """The failed tasks of one Ansible/molecule output: each task header, its failure line
+    and the indented result under it (long results cut to their first `head` and last
+    `tail` lines), the `last` ones in order, as one string; '' if nothing failed.
+    Failures Ansible printed as ignored are left out; rescued ones stay (the output
+    does not mark them), which is why the last few are kept and not only the last.
+    """
+    lines = text.splitlines()
+    blocks = []
+    task = None
+    index = 0
+    while index < len(lines):
+        line = lines[index]
+        if line.startswith(("TASK [", "RUNNING HANDLER [")):
+            task = line.rstrip(" *")
+        if _FAILURE.match(line):
+            end = index + 1
+            while end < len(lines) and (lines[end].startswith((" ", "\t")) or lines[end] == ""):
+                end += 1
+            if end < len(lines) and lines[end].strip() == "...ignoring":
+                index = end + 1
+                continue
+            body = [line, *lines[index + 1:end]]
+            while body and body[-1] == "":
+                body.pop()
+            if len(body) > head + tail:
+                cut = f"    [... {len(body) - head - tail} lines ...]"
+                body = [*body[:head], cut, *body[-tail:]]
+            header = [task] if task and line.startswith(("fatal", "failed")) else []
+            blocks.append("\n".join(header + body))
+            index = end
+            continue
+        index += 1
+    if len(blocks) > last:
+        blocks = [f"[{len(blocks) - last} earlier failed results left out]", *blocks[-last:]]
+    return "\n\n".join(blocks)
 
 
 def report(rows, wall, budgets):
@@ -116,6 +173,11 @@ def report(rows, wall, budgets):
             if budgets.get(row[0]) is not None and row[2] > budgets[row[0]]]
     if "total" in budgets and wall > budgets["total"]:
         over.append("total")
+    for name in failed:
+        log = LOGS / f"molecule-{name}.log"
+        excerpt = failure_excerpt(log.read_text(errors="replace")) if log.exists() else ""
+        print(f"\n== why molecule test -s {name} failed (whole output: .lab/molecule-{name}.log)\n"
+              f"{excerpt or 'no failed task found in its output; see the log'}", flush=True)
     if failed or over:
         print(f"FAILED: {failed}  over budget: {over}", file=sys.stderr)
         return 1

@@ -291,7 +291,7 @@ def test_bytes_a_client_has_read_are_counted_when_it_asks(hub, monkeypatch):
 
     monkeypatch.setattr(hub.server.faults, "add_bytes", add_bytes_slowly)
     url = hub.url + "/org/small/resolve/main/model-00001-of-00002.safetensors"
-    status, _, body = _get(url, {"Range": "bytes=100-199"})
+    status, _headers, body = _get(url, {"Range": "bytes=100-199"})
     assert (status, len(body)) == (206, 100)
     assert hub.stats()["bytes_sent"] == {"org/small/model-00001-of-00002.safetensors": 100}
 

@@ -30,27 +30,49 @@ def test_a_stage_runs_its_lanes_at_the_same_time_and_prints_each_log_whole(
     calls = []
     monkeypatch.setattr(molecule_timed, "LOGS", tmp_path)
 
-    def fake_call(argv, cwd, stdout=None, stderr=None):
-        # each lane writes to its own log; molecule's own output goes there
-        calls.append((argv[1:], stdout is not None))
-        if stdout is not None:
-            stdout.write(f"output of {' '.join(argv[1:])}\n")
-        return 1 if argv[-1] == "nvidia_driver_host" and argv[1] == "test" else 0
+    def fake_run_logged(argv, out, echo):
+        # a lane of a stage of several writes only to its log; a lone lane echoes too
+        calls.append((argv[1:], echo))
+        out.write(f"output of {' '.join(argv[1:])}\n")
+        if argv[-1] == "nvidia_driver_host" and argv[1] == "test":
+            out.write("TASK [Check the driver] ***\nfatal: [h]: FAILED! => changed=false\n"
+                      "  msg: wanted 570 or newer, found 535.104.05\n")
+            return 1
+        return 0
 
-    monkeypatch.setattr(molecule_timed.subprocess, "call", fake_call)
+    monkeypatch.setattr(molecule_timed, "run_logged", fake_run_logged)
     monkeypatch.setattr(molecule_timed.yaml, "safe_load",
                         lambda _text: {"budgets_min": {"total": 60}})
     rc = molecule_timed.main(["default,nvidia_driver_host", "fleet+multinode"])
     out = capsys.readouterr().out
     assert rc == 1  # nvidia_driver_host failed
-    assert (["test", "-s", "default"], True) in calls
-    assert (["test", "-s", "nvidia_driver_host"], True) in calls
-    assert (["test", "-s", "fleet", "--destroy", "never"], False) in calls
+    assert (["test", "-s", "default"], False) in calls
+    assert (["test", "-s", "nvidia_driver_host"], False) in calls
+    assert (["test", "-s", "fleet", "--destroy", "never"], True) in calls
     assert (tmp_path / "molecule-default.log").read_text() == "output of test -s default\n"
+    assert (tmp_path / "molecule-multinode.log").read_text() == "output of test -s multinode\n"
     assert "output of test -s nvidia_driver_host" in out
     table = (tmp_path / "molecule-times.txt").read_text()
     assert [line.split()[:2] for line in table.splitlines()[1:5]] == [
         ["default", "ok"], ["nvidia_driver_host", "FAILED"], ["fleet", "ok"], ["multinode", "ok"]]
+    # after the table, why the failed one failed: what a CI log's tail shows
+    tail = out[out.index("Molecule time table"):]
+    assert ("== why molecule test -s nvidia_driver_host failed (whole output: "
+            ".lab/molecule-nvidia_driver_host.log)\nTASK [Check the driver]\n"
+            "fatal: [h]: FAILED! => changed=false\n"
+            "  msg: wanted 570 or newer, found 535.104.05\n") in tail
+    assert "why molecule test -s default" not in tail
+
+
+def test_a_lone_lane_shows_the_output_as_it_comes_and_keeps_it(tmp_path, monkeypatch, capsys):
+    log = tmp_path / "out.log"
+    monkeypatch.setattr(molecule_timed, "ROOT", tmp_path)
+    with open(log, "w") as out:
+        rc = molecule_timed.run_logged(
+            ["sh", "-c", "echo one; echo two >&2; exit 3"], out, echo=True)
+    assert rc == 3
+    assert log.read_text() == "one\ntwo\n"
+    assert capsys.readouterr().out == "one\ntwo\n"
 
 
 def test_the_makefile_runs_the_driver_scenarios_beside_default():
@@ -59,3 +81,41 @@ def test_the_makefile_runs_the_driver_scenarios_beside_default():
     assert [sorted(stage.split(",")) for stage in line.split("=", 1)[1].split()] == [
         ["default", "nvidia_driver_container", "nvidia_driver_host"], ["cutover"],
         ["fleet+multinode"]]
+
+# The fixture is real ansible-playbook output (its first line says which
+# ansible-core) of this playbook, run with ansible.cfg's callback settings:
+#   - ansible.builtin.command: "false"                  (ignore_errors: true)
+#   - ansible.builtin.command: "test {{ item }} -ne 2"  loop [1, 2], ignore_errors: true
+#   - name: Roll under load
+#     ansible.builtin.command: "sh -c 'for i in 1 2 3; do echo sample $i healthy=2; done;
+#       echo MISSED: 1 sample with no healthy host >&2; exit 1'"
+FAILED_PLAY = (ROOT / "tests/unit/scripts/fixtures/ansible-failed-play.txt").read_text()
+
+
+def test_the_excerpt_of_a_real_failed_play_is_its_failed_task_not_the_ignored_ones():
+    excerpt = molecule_timed.failure_excerpt(FAILED_PLAY)
+    lines = excerpt.splitlines()
+    assert lines[0] == "TASK [Roll under load]"
+    assert lines[1] == "fatal: [localhost]: FAILED! => "
+    assert "    stderr: 'MISSED: 1 sample with no healthy host'" in lines
+    assert lines[-5:] == ["    stdout: |-", "        sample 1 healthy=2",
+                          "        sample 2 healthy=2", "        sample 3 healthy=2",
+                          "    stdout_lines: <omitted>"]
+    assert "Ignored failure" not in excerpt
+    assert "(item=2)" not in excerpt
+    assert "PLAY RECAP" not in excerpt
+
+
+def test_a_long_result_is_cut_in_the_middle_and_only_the_last_failures_are_kept():
+    result = "\n".join(f"    line {n}" for n in range(100))
+    text = "\n".join(f"TASK [Task {n}] ***\nfatal: [h]: FAILED! =>\n{result}\n" for n in range(6))
+    blocks = molecule_timed.failure_excerpt(text, head=2, tail=3, last=2).split("\n\n")
+    assert blocks[0] == "[4 earlier failed results left out]"
+    assert blocks[1].splitlines() == ["TASK [Task 4]", "fatal: [h]: FAILED! =>", "    line 0",
+                                      "    [... 96 lines ...]", "    line 97", "    line 98",
+                                      "    line 99"]
+    assert blocks[2].startswith("TASK [Task 5]\n")
+
+
+def test_nothing_failed_gives_an_empty_excerpt():
+    assert molecule_timed.failure_excerpt("TASK [A] ***\nok: [h]\n\nPLAY RECAP ***\n") == ""
