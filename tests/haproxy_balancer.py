@@ -22,17 +22,12 @@ from pathlib import Path
 import jinja2
 import yaml
 from ansible.plugins.filter.core import comment
+from ports import free_port
 from repo_paths import ROOT
 
 HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
 ROLE = ROOT / "roles" / "vllm_balancer"
 HAVE_HAPROXY = os.access(HAPROXY, os.X_OK)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _env():

@@ -19,17 +19,12 @@ import time
 import jinja2
 import yaml
 from ansible.plugins.filter.core import comment, regex_escape
+from ports import free_port
 from repo_paths import ROOT
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 ROLE = ROOT / "roles" / "vllm_frontdoor"
 HAVE_NGINX = os.access(NGINX, os.X_OK)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _env():

@@ -82,6 +82,7 @@ def test_the_makefile_runs_the_driver_scenarios_beside_default():
         ["default", "nvidia_driver_container", "nvidia_driver_host"], ["cutover"],
         ["fleet+multinode"]]
 
+
 # The fixture is real ansible-playbook output (its first line says which
 # ansible-core) of this playbook, run with ansible.cfg's callback settings:
 #   - ansible.builtin.command: "false"                  (ignore_errors: true)
