@@ -265,11 +265,15 @@ def main():
                              "any host out twice")
     parser.add_argument("--direct", help="one host's front door, for the balancer's added latency")
     parser.add_argument("--direct-key", default="", help="the key that front door accepts")
-    # The lab's default: 2 clients, 0.5 s apart, about 3 requests/s. On 2 cores a
-    # serving host's vLLM worker near 100 % starves what shares its core (measured:
-    # a green's API server got 0.3 s of CPU in 2 minutes), so the roll itself crawls.
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--pause", type=float, default=0.5,
+    # The lab's default: 3 clients, 0.3 s apart, about 8 requests/s of 8 tokens each.
+    # It was 2 clients 0.5 s apart (3.7 requests/s) while a serving host's vLLM worker
+    # busy-polled a core and the roll took 7 minutes or more; with the lab image's
+    # 0.1 s poll the roll to tiny_mla took 117 s on a fast machine (2026-12-04), and
+    # 3.7 requests/s sent 424 during it: under the 500 the roll is to carry (--check
+    # failed, as CI's fleet scenario did at 4.1 minutes). Unpaced clients would starve
+    # the roll itself on 2 cores.
+    parser.add_argument("--threads", type=int, default=3)
+    parser.add_argument("--pause", type=float, default=0.3,
                         help="each client's wait between requests, seconds (0: back to back)")
     parser.add_argument("--before", type=float, default=15.0, help="load seconds before the roll")
     parser.add_argument("--settle", type=float, default=3.0, help="load seconds after it")
