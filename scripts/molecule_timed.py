@@ -58,12 +58,12 @@ def main(stages):
 def run_stage(lanes):
     """Run the lanes of one stage at the same time; their rows in lane order."""
     if len(lanes) == 1:
-        return run_lane(lanes[0], log=None)
+        return run_lane(lanes[0], echo=True)
     print(f"\n== at the same time: {', '.join(lanes)} (logs under .lab/)", flush=True)
     results = [[] for lane in lanes]
 
     def lane_worker(index):
-        results[index] = run_lane(lanes[index], log=LOGS)
+        results[index] = run_lane(lanes[index], echo=False)
 
     threads = [threading.Thread(target=lane_worker, args=(i,)) for i in range(len(lanes))]
     for thread in threads:
@@ -75,30 +75,35 @@ def run_stage(lanes):
         for row in lane_rows:
             name = row[0]
             print(f"\n== output of molecule test -s {name}", flush=True)
-            print((LOGS / f"molecule-{name}.log").read_text(errors="replace"), flush=True)
+            print(log_of(name).read_text(errors="replace"), flush=True)
         rows.extend(lane_rows)
     return rows
 
 
-def run_lane(lane, log):
+def run_lane(lane, echo):
     """Run one lane (`a` or an `a+b` chain); [(scenario, rc, minutes)].
 
-    With `log` None (a stage of one lane) molecule's output is shown as it
-    comes and kept in LOGS as well; otherwise it only goes to the log.
+    Molecule's output goes to LOGS/molecule-<scenario>.log and, with `echo`
+    (a stage of one lane), to stdout as it comes.
     """
     rows = []
     for name, extra in runs([lane]):
-        with open(LOGS / f"molecule-{name}.log", "w") as out:
+        with open(log_of(name), "w") as out:
             if extra == ["--destroy", "never"]:
-                run_logged(["molecule", "destroy", "-s", name], out, echo=log is None)
+                run_logged(["molecule", "destroy", "-s", name], out, echo)
             print(f"\n== molecule test -s {name} {' '.join(extra)}".rstrip(), flush=True)
             start = time.monotonic()
-            rc = run_logged(["molecule", "test", "-s", name, *extra], out, echo=log is None)
+            rc = run_logged(["molecule", "test", "-s", name, *extra], out, echo)
             minutes = (time.monotonic() - start) / 60
             result = "ok" if rc == 0 else "FAILED"
             print(f"== molecule test -s {name}: {result} in {minutes:.1f} min", flush=True)
             rows.append((name, rc, minutes))
     return rows
+
+
+def log_of(name):
+    """Where the scenario's output is kept."""
+    return LOGS / f"molecule-{name}.log"
 
 
 def run_logged(argv, out, echo):
@@ -174,8 +179,7 @@ def report(rows, wall, budgets):
     if "total" in budgets and wall > budgets["total"]:
         over.append("total")
     for name in failed:
-        log = LOGS / f"molecule-{name}.log"
-        excerpt = failure_excerpt(log.read_text(errors="replace")) if log.exists() else ""
+        excerpt = failure_excerpt(log_of(name).read_text(errors="replace"))
         print(f"\n== why molecule test -s {name} failed (whole output: .lab/molecule-{name}.log)\n"
               f"{excerpt or 'no failed task found in its output; see the log'}", flush=True)
     if failed or over:

@@ -10,11 +10,11 @@ a free loopback port; the script must fail and name its pid, command and directo
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 
 import pytest
+from ports import free_port
 from repo_paths import ROOT
 
 pytestmark = pytest.mark.skipif(not shutil.which("ss"), reason="ss (iproute2) is not installed")
@@ -65,9 +65,7 @@ def test_start_names_the_other_checkouts_hub_holding_the_port(tmp_path):
 
 
 def test_a_free_port_gets_a_serving_hub_and_stop_frees_it(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = dict(os.environ, LAB_HUB_HOST="localhost", LAB_HUB_PORT=str(port),
                LAB_HUB_ROOT=str(_hub_root(tmp_path)), PYTHON=sys.executable)
     hub = ["bash", str(ROOT / "lab" / "hub.sh")]

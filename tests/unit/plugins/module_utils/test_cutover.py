@@ -21,6 +21,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.cutover import (
     Settings,
     plan,
 )
+from ports import free_port
 
 from unit.fake_host import (
     CONN_REFUSED,
@@ -54,9 +55,7 @@ def since(entry, iso="2027-01-01T00:00:00+00:00"):
 @pytest.fixture
 def port():
     """A loopback port nothing listens on."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return free_port()
 
 
 class World:

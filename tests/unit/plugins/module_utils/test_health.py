@@ -3,7 +3,6 @@
 """The health gate: each stage's verdict, the polling loop on a fake clock, the urllib client."""
 
 import json
-import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -14,6 +13,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import (
     urllib_request,
     wait_healthy,
 )
+from ports import free_port
 
 from unit.fake_host import (
     CONN_REFUSED,
@@ -240,9 +240,7 @@ def test_urllib_request_get_post_and_http_error(server):
 
 
 def test_urllib_request_connection_refused_is_an_error_not_an_exception():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     res = urllib_request("GET", f"http://127.0.0.1:{port}/health", timeout=2)
     assert res.status is None
     assert "Connection refused" in res.error

@@ -9,7 +9,6 @@ is down, since a listening socket cannot refuse).
 """
 
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -22,6 +21,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils import units as u
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import upstream_conf
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.record import write as write_record
 from ansible_collections.vllm_fleet.fleet.plugins.modules import vllm_cutover
+from ports import free_port
 from repo_paths import FIXTURES
 
 from unit.fake_host import CRASH, HANG, FakeHost
@@ -70,9 +70,7 @@ def servers():
 @pytest.fixture
 def port():
     """Green's TCP port: free, so the preflight's probe finds nothing there."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return free_port()
 
 
 @pytest.fixture
