@@ -31,6 +31,7 @@ the result Ansible printed) are printed again: a CI system that keeps only
 the end of a long log still shows why.
 """
 
+import os
 import re
 import subprocess
 import sys
@@ -101,6 +102,12 @@ def run_lane(lane, echo):
     return rows
 
 
+# Molecule and Ansible without colours: molecule 26 colours its output (and borders each
+# Ansible line) whenever TERM names an xterm, even into a pipe; the logs are files and
+# failure_excerpt reads them.
+PLAIN = dict(os.environ, PY_COLORS="0", NO_COLOR="1", ANSIBLE_FORCE_COLOR="0")
+
+
 def log_of(name):
     """Where the scenario's output is kept."""
     return LOGS / f"molecule-{name}.log"
@@ -109,9 +116,10 @@ def log_of(name):
 def run_logged(argv, out, echo):
     """Run argv in ROOT, its stdout and stderr into the file out (and to stdout if echo); rc."""
     if not echo:
-        return subprocess.call(argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
-    with subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, errors="replace", bufsize=1) as proc:
+        return subprocess.call(argv, cwd=ROOT, env=PLAIN, stdout=out, stderr=subprocess.STDOUT)
+    with subprocess.Popen(argv, cwd=ROOT, env=PLAIN, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, errors="replace",
+                          bufsize=1) as proc:
         for line in proc.stdout:
             out.write(line)
             sys.stdout.write(line)
@@ -119,46 +127,59 @@ def run_logged(argv, out, echo):
     return proc.returncode
 
 
-# Ansible's lines that open a failed result, and molecule's own error lines.
-_FAILURE = re.compile(r"^(fatal: \[|failed: \[|ERROR |CRITICAL )")
+# The lines that open a failure: a failed task's result (fatal, or failed for a loop
+# item), an error Ansible raises outside a task result ("ERROR!" before 2.19,
+# "[ERROR]:" since; 2.19's "[ERROR]: Task failed" only heads a result that follows),
+# and molecule's own error lines.
+_FAILURE = re.compile(r"^(fatal: \[|failed: \[|ERROR!? |\[ERROR\]: (?!Task failed)|CRITICAL )")
+_MOLECULE = re.compile(r"^(ERROR|CRITICAL) +")
+# What continues a failure: the result's indented lines, blank lines inside it, and
+# molecule's list after "Idempotence test failed because of the following tasks:".
+_BODY = (" ", "\t", "* ")
 
 
 def failure_excerpt(text, head=25, tail=45, last=4):
     """The failed tasks of one Ansible/molecule output: each task header, its failure line
-    and the indented result under it (long results cut to their first `head` and last
-    `tail` lines), the `last` ones in order, as one string; '' if nothing failed.
-    Failures Ansible printed as ignored are left out; rescued ones stay (the output
-    does not mark them), which is why the last few are kept and not only the last.
+    and the result under it (long results cut to their first `head` and last `tail`
+    lines), the `last` ones in order, as one string; '' if nothing failed.
+    A task's failures that Ansible marked "...ignoring" are left out, a loop's failed
+    items included (the mark follows the last item only); molecule's error lines, which
+    it writes twice (CRITICAL, then ERROR), once. Rescued failures stay: the output
+    does not mark them, which is why the last few are kept and not only the last.
     """
     lines = text.splitlines()
-    blocks = []
-    task = None
+    blocks = []  # (task number, the block's text)
+    seen = set()  # molecule's messages already kept
+    task, task_number = None, 0
     index = 0
     while index < len(lines):
         line = lines[index]
+        index += 1
         if line.startswith(("TASK [", "RUNNING HANDLER [")):
-            task = line.rstrip(" *")
-        if _FAILURE.match(line):
-            end = index + 1
-            while end < len(lines) and (lines[end].startswith((" ", "\t")) or lines[end] == ""):
-                end += 1
-            if end < len(lines) and lines[end].strip() == "...ignoring":
-                index = end + 1
+            task, task_number = line.rstrip(" *"), task_number + 1
+        elif line.strip() == "...ignoring":
+            blocks = [block for block in blocks if block[0] != task_number]
+        elif _FAILURE.match(line):
+            message = _MOLECULE.sub("", line)
+            if _MOLECULE.match(line) and message in seen:
                 continue
-            body = [line, *lines[index + 1:end]]
+            seen.add(message)
+            end = index
+            while end < len(lines) and (lines[end].startswith(_BODY) or lines[end] == ""):
+                end += 1
+            body = [line, *lines[index:end]]
+            index = end
             while body and body[-1] == "":
                 body.pop()
             if len(body) > head + tail:
                 cut = f"    [... {len(body) - head - tail} lines ...]"
                 body = [*body[:head], cut, *body[-tail:]]
             header = [task] if task and line.startswith(("fatal", "failed")) else []
-            blocks.append("\n".join(header + body))
-            index = end
-            continue
-        index += 1
-    if len(blocks) > last:
-        blocks = [f"[{len(blocks) - last} earlier failed results left out]", *blocks[-last:]]
-    return "\n\n".join(blocks)
+            blocks.append((task_number, "\n".join(header + body)))
+    texts = [text for _task, text in blocks]
+    if len(texts) > last:
+        texts = [f"[{len(texts) - last} earlier failed results left out]", *texts[-last:]]
+    return "\n\n".join(texts)
 
 
 def report(rows, wall, budgets):

@@ -120,3 +120,52 @@ def test_a_long_result_is_cut_in_the_middle_and_only_the_last_failures_are_kept(
 
 def test_nothing_failed_gives_an_empty_excerpt():
     assert molecule_timed.failure_excerpt("TASK [A] ***\nok: [h]\n\nPLAY RECAP ***\n") == ""
+
+
+# Public Molecule and Ansible output pasted in READMEs, each file's first line says where
+# (a helper trying failure_excerpt on output its author did not make found these cases).
+def fixture(name):
+    return (ROOT / "tests/unit/scripts/fixtures" / name).read_text()
+
+
+def test_an_error_raised_outside_a_task_result_is_kept_before_ansible_2_19_and_since():
+    old = molecule_timed.failure_excerpt(fixture("public-02-bosone-role-not-found.log"))
+    assert old.splitlines()[0].startswith(
+        "ERROR! the role 'ansible-clickhouse' was not found in /home/bosone/")
+    assert old.split("\n\n")[1].startswith("CRITICAL Ansible return code was 2")
+    new = molecule_timed.failure_excerpt(fixture("ansible-role-not-found.txt"))
+    assert new.startswith("[ERROR]: the role 'no_such_role' was not found in ")
+    # 2.19's "[ERROR]: Task failed" heads a result that follows: only the result is kept
+    assert "[ERROR]: Task failed" not in molecule_timed.failure_excerpt(FAILED_PLAY)
+
+
+def test_a_loops_failed_items_are_left_out_when_the_task_was_ignoring_them():
+    # three failed items, "...ignoring" after the last only; the run itself succeeded
+    text = fixture("public-04-shoelace-219-yaml-loop-ignored.log")
+    assert text.count("failed: [localhost] (item=") == 3
+    assert molecule_timed.failure_excerpt(text) == ""
+
+
+def test_the_idempotence_failure_keeps_its_list_of_tasks():
+    assert molecule_timed.failure_excerpt(fixture("public-05-burlakov-idempotence.log")) == (
+        "CRITICAL Idempotence test failed because of the following tasks:\n"
+        "* [Ubuntu] => vector-role : Copy distrib to working catalog\n"
+        "* [Centos8] => vector-role : Copy distrib to working catalog\n"
+        "* [Ubuntu] => vector-role : Copy configuration file  for Vector\n"
+        "* [Centos8] => vector-role : Copy configuration file  for Vector")
+
+
+def test_molecules_message_written_twice_is_kept_once():
+    text = ("CRITICAL Ansible return code was 2, command was: ansible-playbook x.yml\n"
+            "ERROR    [fleet > side_effect] Executed: Failed\n"
+            "ERROR    Ansible return code was 2, command was: ansible-playbook x.yml\n")
+    assert molecule_timed.failure_excerpt(text) == (
+        "CRITICAL Ansible return code was 2, command was: ansible-playbook x.yml\n\n"
+        "ERROR    [fleet > side_effect] Executed: Failed")
+
+
+def test_molecule_runs_without_colours_whatever_the_terminal(tmp_path, monkeypatch):
+    monkeypatch.setattr(molecule_timed, "ROOT", tmp_path)
+    with open(tmp_path / "out.log", "w") as out:
+        molecule_timed.run_logged(["sh", "-c", 'echo "$PY_COLORS $NO_COLOR"'], out, echo=False)
+    assert (tmp_path / "out.log").read_text() == "0 1\n"
