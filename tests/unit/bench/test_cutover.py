@@ -203,3 +203,38 @@ def test_the_detail_line_says_when_a_sequential_green_could_start(early, says):
     assert cutover.row_detail(row) == (
         "  sequential -> tiny_mla: phases (s) {'stop_blue': 0.23}; blue drain {'in_flight': 2}"
         + says)
+
+
+def leg(**changes):
+    row = {"strategy": "sequential", "green": "tiny_mla", "rc": 0, "msg": "", "sent": 800,
+           "failed": 300, "other_failures": 0, "other_examples": [], "in_flight_failed": 0,
+           "ratio": 1.02}
+    row.update(changes)
+    return row
+
+
+def test_correctness_targets_name_each_miss_and_never_a_speed_figure():
+    assert cutover.targets_missed(leg()) == []
+    # a sequential window far longer than green's start is slow, not wrong (make bench says so)
+    assert cutover.targets_missed(leg(ratio=1.068)) == []
+    assert cutover.targets_missed(leg(ratio=None)) == []
+    assert cutover.targets_missed(leg(other_failures=2, other_examples=["502"])) == [
+        "sequential -> tiny_mla: 2 failures were not 503 + Retry-After: ['502']"]
+    assert cutover.targets_missed(leg(strategy="parallel", failed=1, other_examples=["404"])) == [
+        "parallel -> tiny_mla: 1 requests failed (['404'])"]
+    assert cutover.targets_missed(leg(rc=2, msg="gate failed", in_flight_failed=1)) == [
+        "sequential -> tiny_mla: site.yml failed: gate failed",
+        "sequential -> tiny_mla: 1 requests in flight when the cutover began did not complete"]
+
+
+def test_speed_targets_are_the_ratio_and_the_parallel_legs_load():
+    rows = [leg(strategy="parallel", failed=0, sent=300), leg(strategy="parallel", failed=0,
+                                                              sent=250, green="tiny_gqa"),
+            leg(ratio=1.068)]
+    assert cutover.speed_targets(rows, 500) == [
+        ("sequential -> tiny_mla: window / time-to-healthy <= 1.05", 1.068, False),
+        ("parallel legs carried >= 500 requests", 550, True)]
+    assert cutover.speed_targets([leg(ratio=1.05)], 500) == [
+        ("sequential -> tiny_mla: window / time-to-healthy <= 1.05", 1.05, True)]
+    # a switch that failed has no ratio to judge (its failure is a correctness miss)
+    assert cutover.speed_targets([leg(rc=2, ratio=None)], 500) == []

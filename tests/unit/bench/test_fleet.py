@@ -5,7 +5,8 @@
 pool_up reads the stats CSV of a real HAProxy: tests/haproxy_balancer.py runs Debian's
 haproxy with the role's own configuration, and small stdlib servers on loopback stand in
 for the hosts' front doors' /health (one answers 503, one port is closed: HAProxy's checks
-take both DOWN). targets_missed, rate and the Sampler's figures run on hand-made rows.
+take both DOWN). targets_missed, speed_targets, rate and the Sampler's figures run on hand-made
+rows.
 """
 
 import csv
@@ -191,37 +192,39 @@ def test_rate_counts_requests_started_in_the_window_per_second():
 def good_row(**changes):
     row = {"model": "tiny_mla", "rc": 0, "expect_stop_at": "", "sent": 700, "sent_during_roll": 600,
            "failed": 0, "failed_examples": [], "fewest_up": 1, "failures": [], "samples": 400,
-           "stats_unanswered": 0, "sampler_errors": [], "killed": {}, "departures": {}}
+           "stats_unanswered": 0, "sampler_errors": [], "killed": {}, "departures": {},
+           "served_while_out": [("h1", 60.0, 300), ("h2", 55.0, 280)]}
     row.update(changes)
     return row
 
 
 def test_a_good_roll_misses_no_target():
-    assert fleet.targets_missed(good_row(), 500) == []
-    # the minimum is enough; requests before and after the roll do not count
-    assert fleet.targets_missed(good_row(sent_during_roll=500), 500) == []
+    assert fleet.targets_missed(good_row()) == []
+    # how many requests the roll carried is a speed figure, never a correctness miss
+    assert fleet.targets_missed(good_row(sent_during_roll=10)) == []
 
 
 def test_each_missed_target_is_named():
-    assert fleet.targets_missed(good_row(rc=2, failures=["f1", "f2", "f3", "f4"]), 500) == [
+    assert fleet.targets_missed(good_row(rc=2, failures=["f1", "f2", "f3", "f4"])) == [
         "roll to tiny_mla: site.yml failed: ['f2', 'f3', 'f4']"]
-    assert fleet.targets_missed(good_row(failed=3, failed_examples=["502", "timed out"]), 500) == [
+    assert fleet.targets_missed(good_row(failed=3, failed_examples=["502", "timed out"])) == [
         "roll to tiny_mla: 3 requests failed (['502', 'timed out'])"]
-    assert fleet.targets_missed(good_row(sent=900, sent_during_roll=499), 500) == [
-        "roll to tiny_mla: 499 requests sent during the roll, fewer than 500"]
+    assert fleet.targets_missed(good_row(served_while_out=[("h1", 61.5, 0), ("h2", 9.9, 0)])) == [
+        "roll to tiny_mla: no request was served in the 61.5 s h1 was out of the pool"]
     unanswered = good_row(stats_unanswered=2, sampler_errors=["OSError: x"])
-    assert fleet.targets_missed(unanswered, 500) == [
+    assert fleet.targets_missed(unanswered) == [
         "roll to tiny_mla: the balancer's stats did not answer 2 of 400 samples ['OSError: x']"]
     for fewest in (0, None):
-        assert fleet.targets_missed(good_row(fewest_up=fewest), 500) == [
+        assert fleet.targets_missed(good_row(fewest_up=fewest)) == [
             (f"roll to tiny_mla: the pool had {fewest} healthy servers at the balancer at one "
              "sample; wanted at least 1 at every sample")]
     # Everything at once: every target, in order.
-    missed = fleet.targets_missed(good_row(rc=1, failed=1, sent_during_roll=10, fewest_up=0), 500)
+    missed = fleet.targets_missed(good_row(rc=1, failed=1, served_while_out=[("h1", 10.0, 0)],
+                                           fewest_up=0))
     assert missed == [
         "roll to tiny_mla: site.yml failed: []",
         "roll to tiny_mla: 1 requests failed ([])",
-        "roll to tiny_mla: 10 requests sent during the roll, fewer than 500",
+        "roll to tiny_mla: no request was served in the 10.0 s h1 was out of the pool",
         ("roll to tiny_mla: the pool had 0 healthy servers at the balancer at one sample; "
          "wanted at least 1 at every sample")]
 
@@ -230,36 +233,66 @@ def test_a_roll_meant_to_stop_must_stop_at_that_host():
     stop = "vllm-fleet-h2"
     stopped = ["vllm-fleet-h1: a task", f"localhost: The roll stopped at {stop}: its gate failed"]
     # It stopped there: rc != 0 is what was wanted, not a miss.
-    assert fleet.targets_missed(good_row(rc=2, expect_stop_at=stop, failures=stopped), 500) == []
+    assert fleet.targets_missed(good_row(rc=2, expect_stop_at=stop, failures=stopped)) == []
     # It did not stop at all.
-    assert fleet.targets_missed(good_row(rc=0, expect_stop_at=stop), 500) == [
+    assert fleet.targets_missed(good_row(rc=0, expect_stop_at=stop)) == [
         f"roll to tiny_mla: site.yml succeeded; wanted it to stop at {stop}"]
     # It failed, but not where the roll stops at that host: another host, or no roll stop.
     elsewhere = ["localhost: The roll stopped at vllm-fleet-h1: its gate failed"]
     unrelated = [f"{stop}: could not reach the host"]
     for failures in (elsewhere, unrelated, []):
         assert fleet.targets_missed(
-            good_row(rc=2, expect_stop_at=stop, failures=failures), 500) == [
+            good_row(rc=2, expect_stop_at=stop, failures=failures)) == [
             (f"roll to tiny_mla: the failure does not name {stop} where the roll stopped: "
              f"{failures[-3:]}")]
     # A stop as wanted still misses when the load saw a failure.
     assert fleet.targets_missed(
         good_row(rc=2, expect_stop_at=stop, failures=stopped, failed=1,
-                 failed_examples=["503"]), 500) == [
+                 failed_examples=["503"])) == [
         "roll to tiny_mla: 1 requests failed (['503'])"]
 
 
 def test_a_killed_controller_must_have_been_killed_and_no_host_out_twice():
     killed = {"host": "vllm-fleet-h1", "rc": 254, "after_s": 40.2, "failures": []}
     once = {"vllm-fleet-h1": 1, "vllm-fleet-h2": 1}
-    assert fleet.targets_missed(good_row(killed=killed, departures=once), 500) == []
+    assert fleet.targets_missed(good_row(killed=killed, departures=once)) == []
     # The first run ended by itself (the host never left while it ran): not the test wanted.
     ended = dict(killed, rc=0)
-    assert fleet.targets_missed(good_row(killed=ended, departures=once), 500) == [
+    assert fleet.targets_missed(good_row(killed=ended, departures=once)) == [
         "roll to tiny_mla: the controller was not killed with vllm-fleet-h1 out (first run rc 0)"]
     # The re-run drained a host the killed run had already taken out and put back.
     twice = {"vllm-fleet-h1": 2, "vllm-fleet-h2": 1}
-    assert fleet.targets_missed(good_row(killed=killed, departures=twice), 500) == [
+    assert fleet.targets_missed(good_row(killed=killed, departures=twice)) == [
         "roll to tiny_mla: hosts taken out of the pool more than once: {'vllm-fleet-h1': 2}"]
     # Without a kill, departures are reported only.
-    assert fleet.targets_missed(good_row(departures=twice), 500) == []
+    assert fleet.targets_missed(good_row(departures=twice)) == []
+
+
+def test_absences_span_from_the_first_sample_without_a_server_to_the_first_with_it_again():
+    sampler = fleet.Sampler("http://127.0.0.1:1/stats;csv", "default")
+    assert sampler.absences() == []
+    # h1 out from 1.0 to 3.0 (an unanswered sample between changes nothing), h2 from 4.0
+    # and never back (until the last sample, 5.0); h3 was never UP, so never absent.
+    sampler.samples = [(0.0, ["h1", "h2"]), (1.0, ["h2"]), (2.0, None), (3.0, ["h1", "h2"]),
+                       (4.0, ["h1"]), (5.0, ["h1"])]
+    assert sampler.absences() == [("h1", 1.0, 3.0), ("h2", 4.0, 5.0)]
+    # A server that joins later and then leaves is absent from its leaving only.
+    sampler.samples = [(0.0, ["h1"]), (1.0, ["h1", "h2"]), (2.0, ["h1"]), (3.0, ["h1", "h2"])]
+    assert sampler.absences() == [("h2", 2.0, 3.0)]
+
+
+def test_served_while_out_counts_answered_requests_started_in_each_absence():
+    results = [{"start": 0.5, "status": 200}, {"start": 1.0, "status": 200},
+               {"start": 2.0, "status": 503}, {"start": 2.5, "status": 200, "error": "reset"},
+               {"start": 2.9, "status": 200}, {"start": 3.0, "status": 200}]
+    # [1.0, 3.0): 1.0 and 2.9 served; the 503 and the reset were failures, 3.0 is after
+    assert fleet.served_while_out(results, [("h1", 1.0, 3.0), ("h2", 4.0, 5.0)]) == [
+        ("h1", 2.0, 2), ("h2", 1.0, 0)]
+
+
+def test_the_roll_s_request_count_is_a_speed_target_only():
+    assert fleet.speed_targets(good_row(sent_during_roll=500), 500) == [
+        ("roll to tiny_mla: requests sent during the roll >= 500", 500, True)]
+    assert fleet.speed_targets(good_row(sent_during_roll=424), 500) == [
+        ("roll to tiny_mla: requests sent during the roll >= 500", 424, False)]
+    assert fleet.targets_missed(good_row(sent_during_roll=424)) == []
