@@ -46,6 +46,7 @@ def role_vars(prefix, port, **overrides):
         vllm_frontdoor_upstream_file=str(prefix / "upstream.conf"),
         vllm_frontdoor_api_keys_file=str(prefix / "api-keys.map"),
         vllm_frontdoor_record_file=str(prefix / "deployment.prom"),
+        vllm_frontdoor_hold_file=str(prefix / "switching"),
         ansible_managed="Ansible managed",
     )
     values.update(overrides)

@@ -385,7 +385,8 @@ class Cutover:
             action = "record"
         if action == "none" and self.frontdoor is not None:
             wanted = self.frontdoor.wanted(self.green["port"], self.green["model"])
-            if self.frontdoor.current() != wanted or not self._published(record):
+            if (self.frontdoor.current() != wanted or not self._published(record)
+                    or self.frontdoor.holding()):
                 action = "frontdoor"
         return action, state
 
@@ -529,13 +530,17 @@ class Cutover:
         try:
             if blue and self.strategy == "sequential":
                 if self.frontdoor is not None:
-                    self._timed("frontdoor", self.frontdoor.point, None)
+                    self._timed("frontdoor", self.frontdoor.hold)
                     down_since = self.host.clock()
                 self._timed("drain_blue", self._drain, blue, result, "blue_drain")
                 blue_stopped = True  # asked to stop: a failure from here starts it again
                 self._stop_blue_first(blue, same, result)
                 if self.green.get("gpus") and self.gpu_processes is not None:
                     self._timed("gpu_memory", self._check_memory_now)
+                if self.frontdoor is not None:
+                    # Behind the hold, so opening it once green passes reloads nothing.
+                    self._timed("frontdoor", self.frontdoor.stage, self.green["port"],
+                                self.green["model"])
             gate = self._timed("start_green", self._start_and_gate, self.green, "start", "green",
                                baseline)
             result["green_health"] = gate

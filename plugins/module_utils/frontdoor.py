@@ -8,8 +8,22 @@ The upstream is one small include file, written atomically; nginx is
 checked (`nginx -t`) and reloaded gracefully, so requests in flight finish on
 the old workers. After a reload the switch waits until the front door
 answers the new way, so the caller knows traffic has moved.
+
+A sequential switch holds the front door instead of reloading it twice: while
+the hold file exists, nginx answers every request to the model 503 "switching"
+(it tests the file on each request, so every worker, old or new, answers so
+from the next request on; no reload, no moment where an old worker still
+proxies). The upstream is pointed at green while green starts, behind the
+hold, and removing the file opens the front door to green at once.
+
+Measured on the lab (nginx 1.22, 2 cores): a switch by reload costs nginx -t
+(8-15 ms), systemctl reload (29-51 ms), then 105-160 ms before new workers
+answer: nginx's master starts them and sleeps 100 ms before it tells the old
+ones to stop, and meanwhile both take connections. The settle's three answers
+in a row then add 100 ms. A sequential switch paid that twice inside its outage.
 """
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -175,7 +189,7 @@ class FrontDoor:
     def __init__(self, run_command, upstream_file, url, test_cmd=("nginx", "-t"),
                  reload_cmd=("systemctl", "reload", "nginx"), request=urllib_request,
                  clock=time.monotonic, sleep=time.sleep, settle_timeout=10.0, key_file=None,
-                 record_file=None, confirmations=1):
+                 record_file=None, confirmations=1, hold_file=None):
         self.run = run_command
         self.upstream_file = upstream_file
         self.url = url.rstrip("/")
@@ -188,6 +202,42 @@ class FrontDoor:
         self.key_file = key_file
         self.record_file = record_file
         self.confirmations = max(1, int(confirmations))
+        # nginx answers 503 "switching" while this file exists (None: hold by pointing at
+        # nothing, a reload, as before the file existed)
+        self.hold_file = hold_file
+
+    def holding(self):
+        """Whether a hold is on (a switch holds the front door, or one died holding it)."""
+        return bool(self.hold_file) and os.path.exists(self.hold_file)
+
+    def hold(self):
+        """Answer 503 "switching" from the next request on: the hold file, confirmed by one
+        answer (each request tests the file: there is no old worker to wait out). Without a
+        hold file, point at nothing (a reload). Returns seconds spent."""
+        if not self.hold_file:
+            return self.point(None)
+        start = self.clock()
+        try:
+            write_atomic(self.hold_file, "a model switch holds the front door\n",
+                         prefix=".hold.")
+        except OSError as exc:
+            raise FrontDoorError(f"cannot write the front door's hold file {self.hold_file}: "
+                                 f"{exc.strerror or exc}") from None
+        self._settle(None, 1)
+        return round(self.clock() - start, 3)
+
+    def stage(self, port, model=None):
+        """Behind a hold, point the upstream at `port` (checked and reloaded) without opening
+        the front door: `point` opens it later with no reload left to do. Returns seconds."""
+        start = self.clock()
+        if self.hold_file:  # without one the upstream stays at nothing until `point`
+            self._reload_with(self.wanted(port, model))
+        return round(self.clock() - start, 3)
+
+    def _release(self):
+        if self.hold_file:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.hold_file)
 
     def current(self):
         return read_upstream(self.upstream_file)
@@ -220,25 +270,35 @@ class FrontDoor:
         the reload fails.
         """
         start = self.clock()
-        wanted = self.wanted(port, model, switching)
-        old = self.current()
-        if old != wanted:
-            write_atomic(self.upstream_file, wanted)
-            rc, out, err = self.run(self.test_cmd)
-            if rc != 0:
-                self._restore(old)
-                raise FrontDoorError(f"nginx rejected the new upstream ({' '.join(self.test_cmd)}"
-                                     f" rc={rc}): {(err or out).strip()}",
-                                     rc=rc, stdout=out, stderr=err)
-            rc, out, err = self.run(self.reload_cmd)
-            if rc != 0:
-                # nginx still runs the old upstream: the file says so, and a re-run switches
-                self._restore(old)
-                raise FrontDoorError(f"reloading nginx failed ({' '.join(self.reload_cmd)} "
-                                     f"rc={rc}): {(err or out).strip()}",
-                                     rc=rc, stdout=out, stderr=err)
-        self._settle(served_model_name if port is not None else None)
+        reloaded = self._reload_with(self.wanted(port, model, switching))
+        self._release()
+        # After a reload old workers may still answer the old way for a moment; a hold's
+        # end needs no such wait (the upstream was staged long before).
+        self._settle(served_model_name if port is not None else None,
+                     self.confirmations if reloaded else 1)
         return round(self.clock() - start, 3)
+
+    def _reload_with(self, wanted):
+        """Write the upstream, check and reload nginx; the old file back when either fails.
+        True when nginx was reloaded (False: the file already said so)."""
+        old = self.current()
+        if old == wanted:
+            return False
+        write_atomic(self.upstream_file, wanted)
+        rc, out, err = self.run(self.test_cmd)
+        if rc != 0:
+            self._restore(old)
+            raise FrontDoorError(f"nginx rejected the new upstream ({' '.join(self.test_cmd)}"
+                                 f" rc={rc}): {(err or out).strip()}",
+                                 rc=rc, stdout=out, stderr=err)
+        rc, out, err = self.run(self.reload_cmd)
+        if rc != 0:
+            # nginx still runs the old upstream: the file says so, and a re-run switches
+            self._restore(old)
+            raise FrontDoorError(f"reloading nginx failed ({' '.join(self.reload_cmd)} "
+                                 f"rc={rc}): {(err or out).strip()}",
+                                 rc=rc, stdout=out, stderr=err)
+        return True
 
     def _restore(self, old):
         """Put back the file as it was (absent when there was none)."""
@@ -247,14 +307,15 @@ class FrontDoor:
         else:
             write_atomic(self.upstream_file, old)
 
-    def _settle(self, served_model_name):
+    def _settle(self, served_model_name, confirmations=None):
         """Wait until /v1/models through the front door shows the new state.
 
         After a reload nginx's old workers finish what they hold and stop accepting, but
         for a moment an old worker can still take a new connection and answer the old
-        way: `self.confirmations` answers in a row, each on a new connection 50 ms apart,
-        must show the new state.
+        way: `confirmations` (default `self.confirmations`) answers in a row, each on a
+        new connection 50 ms apart, must show the new state.
         """
+        confirmations = confirmations or self.confirmations
         deadline = self.clock() + self.settle_timeout
         last = ""
         auth = self._headers()
@@ -280,7 +341,7 @@ class FrontDoor:
             else:
                 last = f"wanted {served_model_name}, got {res.status or res.error}"
             seen = seen + 1 if matched else 0
-            if seen >= self.confirmations:
+            if seen >= confirmations:
                 return
             if self.clock() >= deadline:
                 raise FrontDoorError(f"front door {self.url} did not switch within "

@@ -225,7 +225,7 @@ class RankSwitch:
             wanted = fd.wanted(self.green["port"], self.green["model"])
         else:
             wanted = fd.wanted(None, switching=False)
-        return fd.current() == wanted and published(fd, record)
+        return fd.current() == wanted and published(fd, record) and not fd.holding()
 
     def stop(self, record):
         """Hold the marker, take the front door off, drain and stop blue (and a left green)."""

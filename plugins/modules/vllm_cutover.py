@@ -149,6 +149,13 @@ options:
           - Where the deployment record is published as Prometheus text (the front door
             serves it at C(/metrics/vllm-fleet)). Omit for none.
         type: path
+      hold_file:
+        description:
+          - While this file exists the front door answers 503 "switching" (nginx tests it on
+            every request). A sequential switch holds the front door with it and points the
+            upstream at green behind it, so its outage holds no nginx reload. Omit to hold
+            by pointing the upstream at nothing (a reload each way).
+        type: path
   progress_file:
     description: JSON file on the host where a starting unit's progress is written (unset, none is).
     type: path
@@ -447,6 +454,7 @@ def main():
                                "default": ["systemctl", "reload", "nginx"]},
                 "key_file": {"type": "path"},
                 "record_file": {"type": "path"},
+                "hold_file": {"type": "path"},
             }},
             "progress_file": {"type": "path"},
             "progress_interval": {"type": "float", "default": 10.0},
@@ -497,7 +505,7 @@ def main():
         frontdoor = FrontDoor(run_command, fd["upstream_file"], fd["url"],
                               test_cmd=fd["test_cmd"], reload_cmd=fd["reload_cmd"],
                               key_file=fd["key_file"], record_file=fd["record_file"],
-                              confirmations=3)
+                              confirmations=3, hold_file=fd["hold_file"])
         green["frontdoor_url"] = fd["url"]
     settings = Settings(strategy=p["strategy"], restart=p["restart"],
                         health_interval=p["health_interval"], smoke_prompt=p["smoke_prompt"],

@@ -15,6 +15,7 @@ import shutil
 import ssl
 import subprocess
 import threading
+import time
 import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -343,3 +344,86 @@ def test_tls_front_door_and_the_cutovers_settle_through_it_with_the_own_key(
 def _run(argv):
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     return done.returncode, done.stdout, done.stderr
+
+
+class Busy(Handler):
+    """A model server that answers 503 itself (vLLM does when its engine is dead)."""
+
+    def do_GET(self):
+        self._send(503, json.dumps({"error": {"message": "engine dead", "code": "vllm_own"}}))
+
+
+def test_a_hold_answers_switching_at_once_the_staged_upstream_opens_without_a_reload(
+        tmp_path, backend):
+    """A sequential switch's front door: hold (the file), stage green's upstream behind it
+    (one reload, still 503), then point: the hold goes, nothing is reloaded, green serves."""
+    with front_door(tmp_path, upstream_conf(None), own_key=OWN, **KEYS) as (url, prefix):
+        own_key = tmp_path / "own.key"
+        own_key.write_text(OWN + "\n")
+        nginx = [NGINX, "-p", str(prefix), "-c", str(prefix / "nginx.conf")]
+        reloads = []
+
+        def run(argv):
+            reloads.extend([argv] if argv[-1] == "reload" else [])
+            return _run(argv)
+
+        door = FrontDoor(run, str(prefix / "upstream.conf"), url,
+                         test_cmd=[*nginx, "-t"], reload_cmd=[*nginx, "-s", "reload"],
+                         key_file=str(own_key), confirmations=3,
+                         hold_file=str(prefix / "switching"))
+        door.point(backend.server_address[1], "tiny_gqa", "tiny-gqa")  # blue serves
+        serving = call(url, "/v1/models", KEY)
+        door.hold()
+        held = [call(url, "/v1/models", KEY), call(url, "/v1/chat/completions", KEY, CHAT),
+                call(url, "/health"), call(url, "/metrics", KEY)]
+        keyless = call(url, "/v1/models")
+        holding = door.holding()
+        door.stage(backend.server_address[1], "tiny_gqa")  # the same upstream: no reload
+        reloads_before_open = len(reloads)
+        door.point(backend.server_address[1], "tiny_gqa", "tiny-gqa")
+        opened = call(url, "/v1/models", KEY)
+    assert serving[0] == 200
+    for status, headers, body in held:
+        assert status == 503
+        assert headers["Retry-After"] == str(DEFAULTS["vllm_frontdoor_retry_after_s"])
+        assert json.loads(body)["error"]["code"] == "model_switching"
+    assert keyless[0] == 401  # the key is checked before the hold says anything
+    assert holding
+    assert reloads_before_open == 1  # blue's point; hold and stage reloaded nothing
+    assert len(reloads) == 1  # opening the hold reloaded nothing either
+    assert opened[0] == 200
+    assert not (prefix / "switching").exists()
+
+
+def test_a_hold_stages_another_upstream_behind_it_and_a_model_servers_own_503_passes(tmp_path):
+    busy = Backend()
+    busy.RequestHandlerClass = Busy
+    threading.Thread(target=busy.serve_forever, daemon=True).start()
+    try:
+        with front_door(tmp_path, upstream_conf(None), own_key=OWN, **KEYS) as (url, prefix):
+            nginx = [NGINX, "-p", str(prefix), "-c", str(prefix / "nginx.conf")]
+            door = FrontDoor(_run, str(prefix / "upstream.conf"), url,
+                             test_cmd=[*nginx, "-t"], reload_cmd=[*nginx, "-s", "reload"],
+                             hold_file=str(prefix / "switching"))
+            (prefix / "switching").write_text("held\n")
+            door.stage(busy.server_address[1], "tiny_gqa")
+            staged = (prefix / "upstream.conf").read_text()
+            held = call(url, "/v1/models", KEY)
+            (prefix / "switching").unlink()
+            # nginx's old worker (upstream at nothing: 503 switching by the state it
+            # carries) may take requests for about 100 ms after the reload
+            deadline = time.monotonic() + 5
+            while True:
+                passed = call(url, "/v1/models", KEY)
+                if "model_switching" not in passed[2] or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+    finally:
+        busy.shutdown()
+        busy.server_close()
+    assert f"server 127.0.0.1:{busy.server_address[1]} " in staged
+    assert json.loads(held[2])["error"]["code"] == "model_switching"
+    # error_page 503 takes nginx's own 503 only: the model server's own answer is passed on
+    assert passed[0] == 503
+    assert json.loads(passed[2])["error"]["code"] == "vllm_own"
+    assert "Retry-After" not in passed[1]

@@ -408,8 +408,11 @@ class FakeNginx:
 
     SERVER = re.compile(r"^\s*server\s+([0-9.]+):(\d+)([^;]*);", re.MULTILINE)
 
-    def __init__(self, host, url, upstream_file, *, active=True, key=None):
+    def __init__(self, host, url, upstream_file, *, active=True, key=None, hold_file=None):
         self.host = host
+        # while this file exists every request is answered 503 "switching" (the template's
+        # `if (-f hold_file)`, tested per request)
+        self.hold_file = Path(hold_file) if hold_file else None
         self.key = key  # the API key it asks for (None: an open front door)
         self.url = url.rstrip("/")
         self.upstream_file = Path(upstream_file)
@@ -462,6 +465,8 @@ class FakeNginx:
     def proxy(self, method, path, payload):
         if not self.active:
             return HttpResult(error=CONN_REFUSED)
+        if self.hold_file and self.hold_file.exists():
+            return HttpResult(503, FRONTDOOR_503)
         unit = next((u for u in self.host.units.values()
                      if self.loaded is not None and u.port == self.loaded), None)
         res = self.host.answer(unit, method, path, payload) if unit else HttpResult(error="down")

@@ -58,7 +58,8 @@ class World:
     """Blue active (recorded, behind the front door), green installed, nginx loaded with blue."""
 
     def __init__(self, tmp_path, port, *, blue_gpus=(0, 1, 2, 3), green_gpus=(0, 1, 2, 3),
-                 green_warmup=0.0, green=None, active="blue", key=None, sent_key=None):
+                 green_warmup=0.0, green=None, active="blue", key=None, sent_key=None,
+                 hold=False):
         self.host = FakeHost()
         self.host.cgroup_root = str(tmp_path / "cgroup")
         self.blue = dict(spec("blue", BLUE_PORT, list(blue_gpus)),
@@ -71,7 +72,8 @@ class World:
         self.file = tmp_path / "nginx" / "upstream.conf"
         self.file.parent.mkdir()
         self.file.write_text(upstream_conf(BLUE_PORT, model="blue"))
-        self.nginx = self.host.frontdoor(FD_URL, self.file, key=key)
+        self.hold_file = tmp_path / "nginx" / "switching" if hold else None
+        self.nginx = self.host.frontdoor(FD_URL, self.file, key=key, hold_file=self.hold_file)
         self.nginx.loaded = BLUE_PORT
         # The own key file the cutover reads (what it holds: sent_key, else the right key).
         self.key_file = None
@@ -90,7 +92,7 @@ class World:
                          clock=self.host.clock, sleep=self.host.sleep,
                          key_file=str(self.key_file) if self.key_file else None,
                          record_file=str(self.record_file) if kwargs.pop("publish", False)
-                         else None)
+                         else None, hold_file=str(self.hold_file) if self.hold_file else None)
         host = Host(self.host.run_command, request=self.host.request, clock=self.host.clock,
                     wall=self.host.wall, sleep=self.host.sleep, cgroup_root=self.host.cgroup_root)
         procs = kwargs.pop("gpu_processes", None)
@@ -244,6 +246,81 @@ def test_sequential_closes_the_front_door_drains_stops_then_opens_it_on_green(tm
         "sequential", "green", False)
     assert world.file.read_text() == upstream_conf(port, model="green")
     assert world.nginx.loaded == port
+
+
+def test_sequential_with_a_hold_file_reloads_nginx_once_and_not_inside_the_outage_s_ends(
+        tmp_path, port):
+    """The hold answers 503 from the next request without a reload; green's upstream is
+    loaded behind it before green starts; the hold's end opens green with no reload."""
+    world = World(tmp_path, port, green_warmup=5.0, hold=True)
+    world.b.release_s, world.b.exit_s = RELEASE_S, EXIT_S
+    seen = {}
+    original_start = world.host.run_command
+
+    def run_command(argv):
+        if argv[:3] == ["systemctl", "start", G]:  # what a client meets while green starts
+            res = world.host.request("GET", FD_URL + "/v1/models")
+            seen["while_green_starts"] = (res.status, world.hold_file.exists())
+        return original_start(argv)
+
+    world.host.run_command = run_command
+    result = world.run(drain_timeout=30.0)
+    assert world.host.events() == [
+        f"reset-failed {G}",
+        f"metrics {B}: running=0 waiting=0",
+        f"stop {B}",
+        f"workers exited {B}",
+        "nginx -t", f"reload nginx: {port}",
+        f"start {G}",
+        f"stopped {B}",
+        f"completion {G}: 4 tokens",
+        f"enable {G}", f"stop {B}", f"disable {B}",
+    ]
+    assert seen["while_green_starts"] == (503, True)
+    assert world.nginx.switches == [(0.02, port)]  # staged before green started
+    assert not world.hold_file.exists()
+    assert result["downtime_s"] == 6.02
+    assert result["time_to_healthy_s"] == 6.0
+    res = world.host.request("GET", FD_URL + "/v1/models")
+    assert res.status == 200
+    assert "green-model" in res.body
+
+
+def test_a_failed_gate_behind_a_hold_points_back_at_blue_and_ends_the_hold(tmp_path, port):
+    world = World(tmp_path, port, green=CRASH, hold=True)
+    world.b.warmup_s = 4.0
+    world.b.started_at = -10.0
+    exc = world.fail()
+    assert exc.msg.endswith("Rolled back: blue is serving again.")
+    assert world.host.events() == [
+        f"reset-failed {G}",
+        f"metrics {B}: running=0 waiting=0",
+        f"stop {B}",
+        "nginx -t", f"reload nginx: {port}",
+        f"start {G}",
+        f"stop {G}", f"reset-failed {G}", f"reset-failed {B}", f"start {B}",
+        f"completion {B}: 4 tokens",
+        "nginx -t", f"reload nginx: {BLUE_PORT}",
+    ]
+    assert not world.hold_file.exists()
+    assert world.file.read_text() == upstream_conf(BLUE_PORT, model="blue")
+    assert world.host.request("GET", FD_URL + "/v1/models").status == 200
+
+
+def test_a_hold_left_by_a_controller_that_died_is_ended_by_the_next_run(tmp_path, port):
+    world = World(tmp_path, port, active="green", hold=True)
+    world.g.active_state = "active"
+    world.g.started_at = -100.0
+    world.file.write_text(upstream_conf(port, model="green"))
+    world.nginx.loaded = port
+    world.hold_file.write_text("a model switch holds the front door\n")
+    assert world.host.request("GET", FD_URL + "/v1/models").status == 503
+    plan = world.run(check_mode=True)
+    result = world.run()
+    assert (plan["action"], result["action"]) == ("frontdoor", "frontdoor")
+    assert not world.hold_file.exists()
+    assert world.host.request("GET", FD_URL + "/v1/models").status == 200
+    assert [e for e in world.host.events() if "nginx" in e] == []  # nothing to reload
 
 
 def test_sequential_waits_while_nvidia_smi_lists_blues_api_server_on_greens_gpus(tmp_path, port):

@@ -507,3 +507,47 @@ def test_settle_wants_the_new_state_on_several_answers_in_a_row(tmp_path):
     door1 = FrontDoor(None, str(tmp_path / "u.conf"), FD_URL, request=lambda *a, **k: answers[0],
                       clock=lambda: now[0], sleep=sleep)
     door1._settle("green-model")
+
+
+# -- the hold: a sequential switch's 503 without a reload --------------------------------------
+def test_hold_stage_and_point_reload_nginx_once_and_open_on_one_answer(tmp_path):
+    d = Door(tmp_path, loaded=8101)
+    hold = tmp_path / "vllm-fleet" / "switching"
+    d.nginx.hold_file = hold
+    d.door.hold_file = str(hold)
+    assert not d.door.holding()
+    d.door.hold()
+    assert d.door.holding()
+    assert d.host.calls == []  # no nginx -t, no reload
+    assert d.host.http == [("GET", FD_URL + "/v1/models")]  # one 503 confirms it
+    assert d.host.request("GET", FD_URL + "/v1/models").status == 503
+    d.door.stage(8102, "green")
+    assert d.host.timeline == ["nginx -t", "reload nginx: 8102"]
+    assert d.host.request("GET", FD_URL + "/v1/models").status == 503  # still held
+    d.door.point(8102, "green", "green-model")
+    assert d.host.timeline == ["nginx -t", "reload nginx: 8102"]  # nothing more to load
+    assert not hold.exists()
+    res = d.host.request("GET", FD_URL + "/v1/models")
+    assert json.loads(res.body)["data"] == [{"id": "green-model"}]
+    assert sorted(p.name for p in hold.parent.iterdir()) == ["upstream.conf"]
+
+
+def test_without_a_hold_file_hold_points_at_nothing_and_stage_does_nothing(tmp_path):
+    d = Door(tmp_path, loaded=8101)
+    d.door.hold()
+    assert d.host.timeline == ["nginx -t", "reload nginx: none"]
+    d.door.stage(8102, "green")
+    assert d.host.timeline == ["nginx -t", "reload nginx: none"]
+    assert d.file.read_text() == upstream_conf(None)
+    assert not d.door.holding()
+
+
+def test_point_ends_a_hold_even_where_it_points_at_nothing(tmp_path):
+    d = Door(tmp_path, loaded=8101)
+    hold = tmp_path / "vllm-fleet" / "switching"
+    d.nginx.hold_file = hold
+    d.door.hold_file = str(hold)
+    d.door.hold()
+    d.door.point(None, switching=False)  # a rollback that brought nothing back
+    assert not hold.exists()
+    assert d.file.read_text() == upstream_conf(None, switching=False)
