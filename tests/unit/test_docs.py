@@ -68,7 +68,7 @@ def _prose_lines(path):
 
 def _headings(path, levels=range(1, 7)):
     found = []
-    for _, line in _prose_lines(path):
+    for _number, line in _prose_lines(path):
         match = HEADING.match(line)
         if match and len(match.group(1)) in levels:
             found.append(match.group(2))
@@ -102,7 +102,7 @@ def _links(path):
 
 
 def test_the_map_names_real_files():
-    for heading, (where, _) in OLD_README_HEADINGS.items():
+    for heading, (where, _title) in OLD_README_HEADINGS.items():
         assert (ROOT / where).is_file(), f"{heading!r} is mapped to {where}, which does not exist"
 
 
@@ -115,7 +115,7 @@ def test_every_old_readme_section_is_still_somewhere(heading):
     if where != "README.md":
         assert heading not in _headings(README), (
             f"{heading!r} is still a README heading: map it to README.md or move it")
-        linked = {target.split("#")[0] for _, target in _links(README)}
+        linked = {target.split("#")[0] for _number, target in _links(README)}
         assert where in linked, f"the README does not link {where}, which now holds {heading!r}"
 
 
@@ -156,7 +156,7 @@ def test_every_link_resolves(path):
         if re.match(r"^[a-z][a-z0-9+.-]*:", target):
             broken.append(f"{number}: {target} (a scheme other than {EXTERNAL})")
             continue
-        file_part, _, anchor = target.partition("#")
+        file_part, _hash, anchor = target.partition("#")
         dest = (path.parent / file_part).resolve() if file_part else path
         if not dest.exists():
             broken.append(f"{number}: {target} ({dest.relative_to(ROOT)} does not exist)")
@@ -173,7 +173,7 @@ def test_the_link_check_sees_links_and_anchors():
     assert _slug("Kimi-K2.5 across two 8-GPU hosts (not run on GPUs here)") == (
         "kimi-k25-across-two-8-gpu-hosts-not-run-on-gpus-here")
     assert _slug("`vllm_cutover` phases") == "vllm_cutover-phases"
-    targets = [t for _, t in _links(README)]
+    targets = [target for _number, target in _links(README)]
     assert "docs/fleet.md" in targets
 
 
@@ -273,7 +273,7 @@ def test_the_owner_table_is_found():
     assert ("the merged catalog", "`vllm_model/vars/main.yml` (`__vllm_model_catalog`)") in rows
 
 
-@pytest.mark.parametrize(("value", "cell"), _owner_rows(), ids=[v for v, _ in _owner_rows()])
+@pytest.mark.parametrize(("value", "cell"), _owner_rows(), ids=[row[0] for row in _owner_rows()])
 def test_each_value_is_computed_where_the_table_says(value, cell):
     name, names = _owner(cell)
     assert name is not None, f"{value!r}: the computed-in cell names no file: {cell!r}"
