@@ -28,14 +28,12 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import 
     drain,
     record_metrics,
 )
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_facts import (
-    GpuFactsError,
-    unexplained_memory,
-)
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_memory import unexplained_memory
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import (
     check_once,
     urllib_request,
 )
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.nvidia_smi import GpuFactsError
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.units import (
     StartProgress,
     Systemd,

@@ -393,7 +393,8 @@ import json
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import (
-    gpu_facts,
+    gpu_host,
+    gpu_memory,
     replica_cutover,
     switch_lock,
 )
@@ -414,11 +415,11 @@ def gpu_reader(module, fixture_dir):
     """A function that reads nvidia-smi (per-GPU used memory, processes) when called;
     None without nvidia-smi (a host with no NVIDIA GPU, like the lab)."""
     if fixture_dir:
-        return lambda: gpu_facts.collect_from_fixture(fixture_dir)
+        return lambda: gpu_host.collect_from_fixture(fixture_dir)
     smi = module.get_bin_path("nvidia-smi")
     if not smi:
         return None
-    return lambda: gpu_facts.memory_snapshot(module.run_command, nvidia_smi=smi)
+    return lambda: gpu_memory.memory_snapshot(module.run_command, nvidia_smi=smi)
 
 
 def main():
