@@ -456,7 +456,7 @@ def main():
             "smoke_prompt": {"type": "str", "default": "Hello"},
             "journal_lines": {"type": "int", "default": 40},
             "record": {"type": "dict", "default": {}},
-            "state_file": {"type": "path", "default": "/etc/ansible/facts.d/vllm_fleet.fact"},
+            "state_file": {"type": "path", "default": records.RECORD_FILE},
             "lock_file": {"type": "path", "default": switch_lock.LOCK_FILE},
             "lock_timeout": {"type": "int"},
             "switch_marker": {"type": "path"},
@@ -534,9 +534,8 @@ def _run(module, p, cutover_for):
         if holder:
             result["waited_for_switch"] = dict(holder, waited_s=0.0)
         return result
-    lock_timeout = p["lock_timeout"]
-    if lock_timeout is None:
-        lock_timeout = 2 * p["startup_timeout"] + int(p["drain_timeout"]) + 300
+    lock_timeout = switch_lock.wait_limit(p["lock_timeout"], p["startup_timeout"],
+                                          p["drain_timeout"])
     said = []
 
     def waiting(holder, seconds):
@@ -563,9 +562,8 @@ def _run_phase(module, p, switch_for):
     if module.check_mode and p["phase"] != "plan":
         return {"phase": p["phase"], "changed": False,
                 "msg": f"check mode: phase {p['phase']} is not run (only plan is)"}
-    lock_timeout = p["lock_timeout"]
-    if lock_timeout is None:
-        lock_timeout = 2 * p["startup_timeout"] + int(p["drain_timeout"]) + 300
+    lock_timeout = switch_lock.wait_limit(p["lock_timeout"], p["startup_timeout"],
+                                          p["drain_timeout"])
     try:
         with switch_lock.switch_lock(p["lock_file"], p["model"], lock_timeout) as waited:
             result = switch_for().run(p["phase"], records.load(p["state_file"]), p["target"])
