@@ -203,6 +203,8 @@ def health_gate(host, systemd, settings):
     return UnitGate(systemd, host.request, host.clock, host.sleep,
                     interval=settings.health_interval, smoke_prompt=settings.smoke_prompt,
                     progress=progress, journal_lines=settings.journal_lines)
+
+
 def unit_show(systemd, unit, props=None):
     """systemctl show, its failure as a CutoverError."""
     try:

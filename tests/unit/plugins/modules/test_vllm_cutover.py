@@ -164,7 +164,7 @@ def test_check_mode_touches_nothing(world):
     write_record(str(world.state_file), {"active": world.blue, "previous": None, "history": []})
     before = world.state_file.read_bytes()
     result = run_cutover({**world.args, "_ansible_check_mode": True,
-                                 "_ansible_diff": True})
+                          "_ansible_diff": True})
     assert (result["rc"], result["changed"], result["action"], result["blue"]) == (
         0, True, "switch", "blue")
     assert result["diff"] == {"before": "active model: blue\n", "after": "active model: green\n"}
@@ -201,7 +201,7 @@ def test_startup_stall_fails_a_silent_green_before_its_startup_timeout(world):
     write_record(str(world.state_file), {"active": world.blue, "previous": None, "history": []})
     world.units[G].behaviour = HANG
     result = run_cutover(dict(world.args, strategy="parallel", startup_timeout=30,
-                                     startup_stall=1))
+                              startup_stall=1))
     assert result["failed"] is True
     assert result["msg"].startswith(
         "cutover to green failed: green green failed its health gate at stall: "
@@ -268,7 +268,7 @@ def test_sequential_switch_through_the_front_door(world):
     recorded_blue(world)
     world.units[B].inflight = [900.0, 900.0]  # the fake's clock stands still: they never finish
     result = run_cutover({**world.args, "frontdoor": world.frontdoor_args,
-                                 "drain_timeout": 0})
+                          "drain_timeout": 0})
     assert (result["rc"], result["changed"], result["strategy"], result["active_after"]) == (
         0, True, "sequential", "green")
     port = world.args["port"]
@@ -295,7 +295,7 @@ def test_sequential_switch_through_the_front_door(world):
 def test_strategy_auto_with_disjoint_gpus_switches_in_parallel(world):
     recorded_blue(world, gpus=[0, 1, 2, 3])
     result = run_cutover({**world.args, "strategy": "auto", "gpus": [4, 5, 6, 7],
-                                 "frontdoor": world.frontdoor_args})
+                          "frontdoor": world.frontdoor_args})
     assert (result["rc"], result["strategy"], result["downtime_s"]) == (0, "parallel", 0.0)
     assert world.active_at_start[G] == [B]
     assert [port for _t, port in world.nginx.switches] == [world.args["port"]]
@@ -314,7 +314,7 @@ def test_gpu_processes_foreign_to_both_units_refuse_the_switch(world, tmp_path):
         f"4301, {80 * 1024}, {uuid.format(4)}\n"    # blue's worker (MiB)
         f"31337, 1024, {uuid.format(5)}\n")          # a process of no model service
     result = run_cutover({**world.args, "gpus": [4, 5], "gpu_facts_fixture_dir": str(smi),
-                                 "frontdoor": world.frontdoor_args})
+                          "frontdoor": world.frontdoor_args})
     assert (result["rc"], result["failed"], result["changed"]) == (1, True, False)
     assert result["msg"] == ("cutover to green refused before any change: green green cannot "
                              "start: processes that belong to no model service hold memory on "
@@ -331,7 +331,7 @@ def test_check_mode_with_a_front_door_touches_nothing(world):
     with open(upstream, encoding="utf-8") as handle:
         before = handle.read()
     result = run_cutover({**world.args, "frontdoor": world.frontdoor_args,
-                                 "_ansible_check_mode": True})
+                          "_ansible_check_mode": True})
     assert (result["rc"], result["changed"], result["action"]) == (0, True, "switch")
     assert world.timeline == []
     assert {argv[1] for argv in world.calls} == {"show"}
@@ -386,7 +386,7 @@ def test_a_rerun_waits_for_the_switch_in_progress_then_converges_from_its_record
         world.calls.clear()
         progress = tmp_path / "progress.json"
         again = run_cutover({**world.args, "progress_file": str(progress),
-                                    "progress_interval": 0.2})
+                             "progress_interval": 0.2})
     finally:
         holder.kill()
         holder.wait()
