@@ -19,6 +19,7 @@ import time
 import jinja2
 import yaml
 from ansible.plugins.filter.core import comment, regex_escape
+from ansible_collections.vllm_fleet.fleet.plugins.filter.host_path import host_path
 from ports import free_port
 from repo_paths import ROOT
 
@@ -34,6 +35,7 @@ def _env():
     env.filters["comment"] = comment
     env.filters["bool"] = bool
     env.filters["regex_escape"] = regex_escape
+    env.filters["vllm_fleet.fleet.host_path"] = host_path
     return env
 
 

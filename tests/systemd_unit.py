@@ -34,6 +34,9 @@ import importlib.util
 import jinja2
 import yaml
 from ansible.plugins.filter.core import FilterModule as CoreFilters
+from ansible_collections.vllm_fleet.fleet.plugins.filter.host_path import (
+    FilterModule as HostPathFilters,
+)
 from ansible_collections.vllm_fleet.fleet.plugins.filter.serve_args import FilterModule
 from repo_paths import ROOT
 
@@ -71,7 +74,7 @@ def _template():
     env = jinja2.Environment(trim_blocks=True, keep_trailing_newline=True,
                              undefined=jinja2.StrictUndefined, autoescape=False)  # noqa: S701
     env.filters["comment"] = CoreFilters().filters()["comment"]
-    for name, func in FilterModule().filters().items():
+    for name, func in {**FilterModule().filters(), **HostPathFilters().filters()}.items():
         env.filters[f"vllm_fleet.fleet.{name}"] = func
     return env.from_string(TEMPLATE.read_text())
 

@@ -17,7 +17,9 @@ EFI_VAR_HEADER = 4  # efivarfs files start with the variable's 4-byte attributes
 
 def nvidia_default_flavour(capabilities):
     """['12.0', ...] -> 'open'; ['7.0'] -> 'proprietary'; [] -> 'open'."""
-    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_facts import default_flavour
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.kernel_module import (
+        default_flavour,
+    )
 
     flavours = {default_flavour(cc) for cc in capabilities or []}
     return "proprietary" if flavours == {"proprietary"} else "open"
@@ -25,7 +27,9 @@ def nvidia_default_flavour(capabilities):
 
 def nvidia_allowed_flavours(capabilities):
     """Flavours every GPU in the list can run: ['12.0', '9.0'] -> ['open']."""
-    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_facts import allowed_flavours
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.kernel_module import (
+        allowed_flavours,
+    )
 
     allowed = {"open", "proprietary"}
     for cc in capabilities or []:
@@ -36,7 +40,7 @@ def nvidia_allowed_flavours(capabilities):
 def nvidia_fabric_warnings(gpu_facts, gpus, tensor_parallel_size=1):
     """Warnings (each with its fix) for a model on `gpus` at this tensor parallel size."""
     from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_fabric import fabric_warnings
-    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_facts import GpuFactsError
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.nvidia_smi import GpuFactsError
 
     try:
         return fabric_warnings(gpu_facts, gpus, tensor_parallel_size)
@@ -46,7 +50,7 @@ def nvidia_fabric_warnings(gpu_facts, gpus, tensor_parallel_size=1):
 
 def nvidia_unexplained_memory(gpu_facts, gpus, threshold_bytes):
     """GPUs among `gpus` holding more memory than their visible processes, above the threshold."""
-    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_facts import (
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_memory import (
         unexplained_memory,
     )
 

@@ -28,7 +28,11 @@ chosen and which keys it changed, so a plan can show where every flag came from.
 
 import re
 
-_CC = re.compile(r"^\s*(\d+)(?:\.(\d+))?\s*$")
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.nvidia_smi import (
+    GpuFactsError,
+    parse_compute_capability,
+)
+
 _NAME = re.compile(r"^sm\d+x?$|^default$")
 
 
@@ -38,12 +42,15 @@ class CatalogProfileError(ValueError):
 
 def profile_candidates(compute_capability):
     """'12.0' -> ['sm120', 'sm12x']; '9.0' -> ['sm90', 'sm9x']."""
-    match = _CC.match(str(compute_capability))
-    if not match:
+    try:
+        cc = parse_compute_capability(compute_capability)
+    except GpuFactsError:
+        cc = None
+    if cc is None:
         raise CatalogProfileError(
             f"compute_capability must look like '12.0', got {compute_capability!r}"
         )
-    major, minor = match.group(1), match.group(2) or "0"
+    major, minor = cc
     return [f"sm{major}{minor}", f"sm{major}x"]
 
 

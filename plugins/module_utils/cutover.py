@@ -28,14 +28,12 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import 
     drain,
     record_metrics,
 )
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_facts import (
-    GpuFactsError,
-    unexplained_memory,
-)
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_memory import unexplained_memory
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import (
     check_once,
     urllib_request,
 )
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.nvidia_smi import GpuFactsError
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.units import (
     StartProgress,
     Systemd,
@@ -195,6 +193,18 @@ def _cutover_error(exc):
     return CutoverError(getattr(exc, "msg", str(exc)), **getattr(exc, "fields", {}))
 
 
+def health_gate(host, systemd, settings):
+    """The health gate a switch starts units through (Cutover and RankSwitch alike):
+    the settings' interval, smoke prompt, journal lines and start progress file."""
+    progress = None
+    if settings.progress_file:
+        progress = StartProgress(settings.progress_file, settings.progress_interval,
+                                 wall=host.wall)
+    return UnitGate(systemd, host.request, host.clock, host.sleep,
+                    interval=settings.health_interval, smoke_prompt=settings.smoke_prompt,
+                    progress=progress, journal_lines=settings.journal_lines)
+
+
 def unit_show(systemd, unit, props=None):
     """systemctl show, its failure as a CutoverError."""
     try:
@@ -261,14 +271,7 @@ class Cutover:
         self.frontdoor = frontdoor
         self.gpu_processes = gpu_processes
         self.systemd = Systemd(host.run_command)
-        progress = None
-        if self.settings.progress_file:
-            progress = StartProgress(self.settings.progress_file,
-                                     self.settings.progress_interval, wall=host.wall)
-        self.gate = UnitGate(self.systemd, host.request, host.clock, host.sleep,
-                             interval=self.settings.health_interval,
-                             smoke_prompt=self.settings.smoke_prompt, progress=progress,
-                             journal_lines=self.settings.journal_lines)
+        self.gate = health_gate(host, self.systemd, self.settings)
         self.phases = {}
         self.link_now = None  # where green's model link pointed when the run decided
         self.blue_exiting = False  # blue's stop was asked with --no-block and may still run

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import re
 
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_facts import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.nvidia_smi import (
     GpuFactsError,
     _first_line,
     _na,

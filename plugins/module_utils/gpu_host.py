@@ -17,7 +17,12 @@ from __future__ import annotations
 import json
 import os
 
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import gpu_fabric, gpu_facts
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils import (
+    gpu_fabric,
+    gpu_facts,
+    gpu_readers,
+    nvidia_smi,
+)
 
 # Captured outputs, one file per command or input: the `fixture_dir` layout.
 FIXTURE_FILES = {
@@ -114,9 +119,9 @@ class LiveHost:
         self.run = run_command
         self.nvidia_smi = nvidia_smi
         self.paths = {
-            "proc_version": gpu_facts.PROC_VERSION_PATH,
-            "proc_gpus": gpu_facts.PROC_GPUS_DIR,
-            "sysfs_pci": gpu_facts.SYSFS_PCI_DEVICES,
+            "proc_version": gpu_readers.PROC_VERSION_PATH,
+            "proc_gpus": gpu_readers.PROC_GPUS_DIR,
+            "sysfs_pci": gpu_readers.SYSFS_PCI_DEVICES,
             "cmdline": "/proc/cmdline",
             "iommu_groups": "/sys/kernel/iommu_groups",
             "dev": "/dev",
@@ -142,7 +147,7 @@ class LiveHost:
 
     def _cuda_init(self):
         """Run CUDA_INIT_SCRIPT in a child Python under a hard timeout (a hung driver)."""
-        argv = [self.python, "-c", gpu_facts.CUDA_INIT_SCRIPT]
+        argv = [self.python, "-c", gpu_readers.CUDA_INIT_SCRIPT]
         if self.timeout_bin:
             argv = [self.timeout_bin, "120", *argv]
         rc, out, err = self.run(argv)
@@ -171,8 +176,8 @@ class LiveHost:
         p = self.paths
         readers = {
             "proc_version": lambda: self._file(p["proc_version"]),
-            "proc_gpus": lambda: gpu_facts.read_proc_gpus(p["proc_gpus"]),
-            "lspci": lambda: gpu_facts.read_sysfs_pci(p["sysfs_pci"]),
+            "proc_gpus": lambda: gpu_readers.read_proc_gpus(p["proc_gpus"]),
+            "lspci": lambda: gpu_readers.read_sysfs_pci(p["sysfs_pci"]),
             "modinfo_license": self._modinfo_license,
             "pci_paths": lambda: gpu_fabric.read_pci_paths(self.gpu_slots, p["sysfs_pci"]),
             "lspci_vvv": self._lspci_vvv,
@@ -181,7 +186,7 @@ class LiveHost:
             "iommu": lambda: gpu_fabric.read_iommu(
                 self.gpu_slots, p["iommu_groups"], p["sysfs_pci"]
             ),
-            "dev_nodes": lambda: gpu_facts.read_device_nodes(p["dev"]),
+            "dev_nodes": lambda: gpu_readers.read_device_nodes(p["dev"]),
             "cuda_init": lambda: self._cuda_init() if self.cuda_init and self.python else None,
             "container": _container_kind,
         }
@@ -211,7 +216,7 @@ def _container_kind():
 def gather(host, expected_bus_ids=None, fabric=True, device_nodes=True):
     """All GPU facts from one host (live or fixture), the same code either way.
 
-    Returns gpu_facts' dict with `problems` (driver/GPU and runtime), `fabric`
+    Returns gpu_facts.collect's dict with `problems` (driver/GPU and runtime), `fabric`
     (when nvidia-smi answers and fabric is true), `device_nodes`, `cuda`,
     `container`. Raises GpuFactsError for text in an unrecognised format.
     """
@@ -228,12 +233,12 @@ def gather(host, expected_bus_ids=None, fabric=True, device_nodes=True):
     container = host.read("container")
     facts["container"] = container.strip() if container and container.strip() else None
     nodes = host.read("dev_nodes") if device_nodes else None
-    facts["device_nodes"] = gpu_facts.parse_device_nodes(nodes) if nodes is not None else None
+    facts["device_nodes"] = gpu_readers.parse_device_nodes(nodes) if nodes is not None else None
     cuda = host.read("cuda_init")
-    facts["cuda"] = gpu_facts.parse_cuda_init(cuda) if cuda is not None else {"checked": False}
+    facts["cuda"] = gpu_readers.parse_cuda_init(cuda) if cuda is not None else {"checked": False}
     if fabric and facts["present"]:
         host.gpu_slots = sorted(
-            gpu_facts.normalise_bus_id(g["pci_bus_id"])
+            nvidia_smi.normalise_bus_id(g["pci_bus_id"])
             for g in facts["gpus"]
             if g.get("pci_bus_id")
         )

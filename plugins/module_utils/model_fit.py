@@ -57,6 +57,11 @@ import json
 import re
 from decimal import Decimal
 
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.nvidia_smi import GpuFactsError
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.nvidia_smi import (
+    parse_compute_capability as _parse_cc,
+)
+
 GIB = 1024**3
 MIB = 1024**2
 DEFAULT_BLOCK_SIZE = 16
@@ -260,13 +265,14 @@ def parse_version(text):
 
 
 def parse_compute_capability(value):
-    """'12.0' -> (12, 0)."""
-    text = str(value).strip()
-    major, _unused, minor = text.partition(".")
+    """'12.0' -> (12, 0) (nvidia_smi.parse_compute_capability), else ModelFitError."""
     try:
-        return (int(major), int(minor or 0))
-    except ValueError as exc:
-        raise ModelFitError(f"compute capability must look like '12.0', got {value!r}") from exc
+        cc = _parse_cc(value)
+    except GpuFactsError:
+        cc = None
+    if cc is None:
+        raise ModelFitError(f"compute capability must look like '12.0', got {value!r}")
+    return cc
 
 
 def _architecture(config, cfg):

@@ -17,6 +17,9 @@ import time
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import write_atomic
 
 HISTORY = 10
+# Where the record lives: its one owner (vllm_cutover's state_file default; the roles
+# read it through the host_path filter).
+RECORD_FILE = "/etc/ansible/facts.d/vllm_fleet.fact"
 
 
 class RecordError(Exception):

@@ -48,6 +48,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.cutover import (
     Cutover,
     CutoverError,
     Settings,
+    health_gate,
     label,
     link_target,
     prepare_link,
@@ -63,10 +64,8 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import 
     write_atomic,
 )
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.units import (
-    StartProgress,
     Systemd,
     UnitError,
-    UnitGate,
 )
 
 PHASES = ("plan", "stop", "start", "gate", "commit", "unwind", "release")
@@ -106,14 +105,7 @@ class RankSwitch:
         self.read_rank = rank_reader or (
             lambda url: replica_watch.read_rank(url, request=host.request))
         self.systemd = Systemd(host.run_command)
-        progress = None
-        if self.settings.progress_file:
-            progress = StartProgress(self.settings.progress_file,
-                                     self.settings.progress_interval, wall=host.wall)
-        self.gate_runner = UnitGate(self.systemd, host.request, host.clock, host.sleep,
-                                    interval=self.settings.health_interval,
-                                    smoke_prompt=self.settings.smoke_prompt, progress=progress,
-                                    journal_lines=self.settings.journal_lines)
+        self.gate_runner = health_gate(host, self.systemd, self.settings)
 
     # -- helpers -----------------------------------------------------------------
     def _show(self, unit, props=("LoadState", "ActiveState", "SubState", "NRestarts",

@@ -50,6 +50,8 @@ try:
 except ImportError:  # on the host: shipped beside health.py by vllm_service
     from health import HTTP_OK, urllib_request  # type: ignore[no-redef]
 
+# Where each rank's state lives on its host: the one owner (the roles read it through the
+# host_path filter: the unit that publishes it, the nginx that serves it).
 RANK_DIR = "/run/vllm-fleet/ranks"
 RUNNING, STOPPED = "running", "stopped"
 HEAD, WORKER = "head", "worker"

@@ -22,6 +22,17 @@ import os
 import time
 
 LOCK_FILE = "/run/vllm-fleet/cutover.lock"
+# Beyond the switch's own limits, how long a waiter allows it (seconds).
+WAIT_MARGIN_S = 300
+
+
+def wait_limit(lock_timeout, startup_timeout, drain_timeout):
+    """Seconds to wait for a switch in progress: `lock_timeout` when set, else what the
+    longest switch takes - twice startup_timeout (one that rolls back starts two
+    models) plus drain_timeout plus WAIT_MARGIN_S."""
+    if lock_timeout is not None:
+        return lock_timeout
+    return 2 * startup_timeout + int(drain_timeout) + WAIT_MARGIN_S
 
 
 class SwitchBusyError(Exception):

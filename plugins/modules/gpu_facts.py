@@ -248,12 +248,12 @@ import os
 import sys
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_facts import GpuFactsError
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_host import (
     FixtureHost,
     LiveHost,
     gather,
 )
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.nvidia_smi import GpuFactsError
 
 
 def main():

@@ -400,7 +400,8 @@ import json
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import (
-    gpu_facts,
+    gpu_host,
+    gpu_memory,
     replica_cutover,
     switch_lock,
 )
@@ -421,11 +422,11 @@ def gpu_reader(module, fixture_dir):
     """A function that reads nvidia-smi (per-GPU used memory, processes) when called;
     None without nvidia-smi (a host with no NVIDIA GPU, like the lab)."""
     if fixture_dir:
-        return lambda: gpu_facts.collect_from_fixture(fixture_dir)
+        return lambda: gpu_host.collect_from_fixture(fixture_dir)
     smi = module.get_bin_path("nvidia-smi")
     if not smi:
         return None
-    return lambda: gpu_facts.memory_snapshot(module.run_command, nvidia_smi=smi)
+    return lambda: gpu_memory.memory_snapshot(module.run_command, nvidia_smi=smi)
 
 
 def main():
@@ -463,7 +464,7 @@ def main():
             "smoke_prompt": {"type": "str", "default": "Hello"},
             "journal_lines": {"type": "int", "default": 40},
             "record": {"type": "dict", "default": {}},
-            "state_file": {"type": "path", "default": "/etc/ansible/facts.d/vllm_fleet.fact"},
+            "state_file": {"type": "path", "default": records.RECORD_FILE},
             "lock_file": {"type": "path", "default": switch_lock.LOCK_FILE},
             "lock_timeout": {"type": "int"},
             "switch_marker": {"type": "path"},
@@ -541,9 +542,8 @@ def _run(module, p, cutover_for):
         if holder:
             result["waited_for_switch"] = dict(holder, waited_s=0.0)
         return result
-    lock_timeout = p["lock_timeout"]
-    if lock_timeout is None:
-        lock_timeout = 2 * p["startup_timeout"] + int(p["drain_timeout"]) + 300
+    lock_timeout = switch_lock.wait_limit(p["lock_timeout"], p["startup_timeout"],
+                                          p["drain_timeout"])
     said = []
 
     def waiting(holder, seconds):
@@ -570,9 +570,8 @@ def _run_phase(module, p, switch_for):
     if module.check_mode and p["phase"] != "plan":
         return {"phase": p["phase"], "changed": False,
                 "msg": f"check mode: phase {p['phase']} is not run (only plan is)"}
-    lock_timeout = p["lock_timeout"]
-    if lock_timeout is None:
-        lock_timeout = 2 * p["startup_timeout"] + int(p["drain_timeout"]) + 300
+    lock_timeout = switch_lock.wait_limit(p["lock_timeout"], p["startup_timeout"],
+                                          p["drain_timeout"])
     try:
         with switch_lock.switch_lock(p["lock_file"], p["model"], lock_timeout) as waited:
             result = switch_for().run(p["phase"], records.load(p["state_file"]), p["target"])

@@ -29,7 +29,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import 
     record_metrics,
     upstream_conf,
 )
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_facts import GpuFactsError
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.nvidia_smi import GpuFactsError
 
 from unit.fake_host import CRASH, FakeHost
 

@@ -1,76 +1,43 @@
 # Copyright (c) 2026 vllm-fleet contributors
 # SPDX-License-Identifier: Apache-2.0
-"""gpu_facts parsers on the real 2x H200 capture and on hand-made edge cases."""
+"""gpu_facts.collect and runtime_problems on real captures and hand-made edge cases: lost
+GPUs, driver/userspace skew, device nodes, CUDA initialisation (tests/fixtures/gpu/*/SOURCE.md)."""
+
+import json
 
 import pytest
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import gpu_facts as gf
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils import gpu_readers as rd
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils import nvidia_smi as smi
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_host import (
     collect_from_fixture,
 )
 from repo_paths import FIXTURES
 
+GPU = FIXTURES / "gpu"
 H200 = FIXTURES / "gpu" / "h200x2-nvlink"
 SYNTH = FIXTURES / "gpu" / "synthetic-rtxpro6000x8-pcie"
 MIB = 1024 * 1024
+P2P = GPU / "h200x2-nvlink-p2p"
+PUBLIC = GPU / "public"
 
 
 def _read(path):
     return path.read_text()
 
 
-# --- the real capture: values from tests/fixtures/gpu/h200x2-nvlink/SOURCE.md ---
+def _copy(src, dst, skip=()):
+    for item in src.iterdir():
+        if item.name not in skip:
+            (dst / item.name).write_text(item.read_text())
+    return dst
 
 
-def test_h200_query_gpu_real_capture_with_header_and_units():
-    gpus = gf.parse_query_gpu(_read(H200 / "nvidia-smi-query-gpu.csv"))
-    assert [g["index"] for g in gpus] == [0, 1]
-    assert {g["name"] for g in gpus} == {"NVIDIA H200"}
-    assert [g["compute_capability"] for g in gpus] == ["9.0", "9.0"]
-    assert [g["memory_total_bytes"] for g in gpus] == [143771 * MIB] * 2
-    assert gpus[0]["memory_total_bytes"] == 150_754_820_096
-    assert [g["memory_used_bytes"] for g in gpus] == [0, 0]
-    assert [g["memory_free_bytes"] for g in gpus] == [143156 * MIB] * 2
-    assert [g["persistence_mode"] for g in gpus] == [True, True]
-    assert gpus[0]["uuid"] == "GPU-17961e65-03af-3399-b5c7-6cc8d4f5b686"
-    assert gpus[1]["pci_bus_id"] == "00000000:00:07.0"
-    assert gpus[0]["driver_version"] == "580.159.04"
+# --- case 4: a loaded driver and a lost GPU is a hard failure naming the bus id ---
 
 
-def test_h200_xml_real_capture():
-    info = gf.parse_smi_xml(_read(H200 / "nvidia-smi-q.xml"))
-    assert info["driver_version"] == "580.159.04"
-    assert info["cuda_version"] == "13.0"
-    assert info["attached_gpus"] == 2
-    assert [g["uuid"] for g in info["gpus"]] == [
-        "GPU-17961e65-03af-3399-b5c7-6cc8d4f5b686",
-        "GPU-ca50324a-5ca6-2bb6-d7c0-c07ed1317bd0",
-    ]
-    assert [g["architecture"] for g in info["gpus"]] == ["Hopper", "Hopper"]
-    assert [g["memory_total_bytes"] for g in info["gpus"]] == [143771 * MIB] * 2
-    assert [g["processes"] for g in info["gpus"]] == [[], []]
-
-
-def test_h200_topology_real_capture_with_ansi_escapes():
-    raw = _read(H200 / "nvidia-smi-topo-m.txt")
-    assert "\x1b[" in raw  # the capture really carries escapes
-    topo = gf.parse_topology(raw)
-    assert topo["devices"] == ["GPU0", "GPU1"]
-    assert topo["matrix"]["GPU0"] == {"GPU0": "X", "GPU1": "NV18"}
-    assert topo["matrix"]["GPU1"]["GPU0"] == "NV18"
-    assert topo["gpu_pairs"] == {"GPU0-GPU1": "NV18"}
-    assert topo["cpu_affinity"] == {"GPU0": "0-31", "GPU1": "0-31"}
-    assert topo["numa_affinity"] == {"GPU0": "0", "GPU1": "0"}
-    assert topo["gpu_numa_id"] == {"GPU0": "N/A", "GPU1": "N/A"}
-    assert topo["interconnect"] == "nvlink"
-    assert topo["worst_link"] == "NV18"
-    assert topo["worst_link_class"] == "nvlink"
-
-
-def test_h200_open_flavour_real_capture():
-    flavour, version, source = gf.kernel_module_flavour(
-        _read(H200 / "proc-driver-nvidia-version.txt")
-    )
-    assert (flavour, version, source) == ("open", "580.159.04", "proc")
+def _synth_proc():
+    return _read(SYNTH / "proc-driver-nvidia-version.txt")
 
 
 def test_h200_collect_from_real_capture():
@@ -91,20 +58,6 @@ def test_h200_collect_from_real_capture():
     assert facts["problems"] == []
 
 
-# --- the synthetic 8x PCIe fixture (hand-written, labelled as such) ---
-
-
-def test_synthetic_pcie_topology_is_pcie_and_worst_is_sys():
-    topo = gf.parse_topology(_read(SYNTH / "nvidia-smi-topo-m.txt"))
-    assert len(topo["devices"]) == 8
-    assert len(topo["gpu_pairs"]) == 28
-    assert topo["interconnect"] == "pcie"
-    assert topo["worst_link"] == "SYS"
-    assert topo["gpu_pairs"]["GPU0-GPU3"] == "NODE"
-    assert topo["cpu_affinity"]["GPU5"] == "32-63,96-127"
-    assert topo["numa_affinity"]["GPU5"] == "1"
-
-
 def test_synthetic_collect_processes_and_pci_count():
     facts = collect_from_fixture(str(SYNTH))
     assert facts["gpu_count"] == 8
@@ -120,76 +73,6 @@ def test_synthetic_collect_processes_and_pci_count():
             "gpu_index": 3,
         }
     ]
-
-
-# --- edge cases ---
-
-
-def test_topology_ranks_links():
-    text = (
-        "\tGPU0\tGPU1\tGPU2\tCPU Affinity\tNUMA Affinity\n"
-        "GPU0\t X \tNV4\tPIX\t0-7\t0\n"
-        "GPU1\tNV4\t X \tNV12\t0-7\t0\n"
-        "GPU2\tPIX\tNV12\t X \t0-7\t0\n"
-    )
-    topo = gf.parse_topology(text)
-    assert topo["interconnect"] == "pcie"
-    assert topo["worst_link"] == "PIX"
-    nv_only = gf.parse_topology(text.replace("PIX", "NV2"))
-    assert nv_only["interconnect"] == "nvlink"
-    assert nv_only["worst_link"] == "NV2"
-
-
-def test_topology_single_gpu_has_no_interconnect():
-    topo = gf.parse_topology(
-        "\t\x1b[4mGPU0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m\n"
-        "GPU0\t X \t0-15\t0\t\tN/A\n"
-    )
-    assert topo["interconnect"] == "none"
-    assert topo["worst_link"] is None
-    assert topo["cpu_affinity"] == {"GPU0": "0-15"}
-
-
-def test_topology_without_header_raises():
-    with pytest.raises(gf.GpuFactsError, match="no header"):
-        gf.parse_topology("garbage\n")
-
-
-def test_proprietary_flavour_from_proc_and_modinfo():
-    text = (
-        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.14  Thu Feb 22 01:44:30 UTC 2024\n"
-    )
-    assert gf.kernel_module_flavour(text) == ("proprietary", "550.54.14", "proc")
-    assert gf.kernel_module_flavour(None, "Dual MIT/GPL\n") == ("open", None, "modinfo")
-    assert gf.kernel_module_flavour(None, "NVIDIA\n") == ("proprietary", None, "modinfo")
-    assert gf.kernel_module_flavour(None, None) == ("unknown", None, None)
-
-
-@pytest.mark.parametrize(
-    ("cc", "default", "allowed"),
-    [
-        ("12.0", "open", ["open"]),  # RTX PRO 6000 Blackwell
-        ("10.0", "open", ["open"]),  # B200
-        ("9.0", "open", ["open", "proprietary"]),  # H100/H200
-        ("7.5", "open", ["open", "proprietary"]),  # Turing
-        ("7.0", "proprietary", ["proprietary"]),  # Volta
-    ],
-)
-def test_default_flavour_pins_open_for_blackwell(cc, default, allowed):
-    assert gf.default_flavour(cc) == default
-    assert gf.allowed_flavours(cc) == allowed
-
-
-def test_mib_parsing_rejects_other_units():
-    assert gf.mib_to_bytes("[N/A]") is None
-    assert gf.mib_to_bytes("2 MiB") == 2 * MIB
-    with pytest.raises(gf.GpuFactsError, match="MiB"):
-        gf.mib_to_bytes("2 GiB")
-
-
-def test_query_gpu_wrong_field_count_raises():
-    with pytest.raises(gf.GpuFactsError, match=r"unrecognised line .* expected 10"):
-        gf.parse_query_gpu("0, NVIDIA H200\n")
 
 
 def test_collect_without_nvidia_smi_returns_zero_gpus():
@@ -254,18 +137,237 @@ def test_collect_calls_documented_commands():
     assert facts["driver_version"] == "580.1"
 
 
-def test_sysfs_pci_rendering(tmp_path):
-    for slot, vendor, klass, device in [
-        ("0000:00:06.0", "0x10de", "0x030200", "0x2335"),
-        ("0000:00:01.0", "0x8086", "0x030000", "0x1234"),
-        ("0000:00:07.0", "0x10de", "0x040300", "0x22e8"),
-    ]:
-        d = tmp_path / slot
-        d.mkdir()
-        (d / "vendor").write_text(vendor + "\n")
-        (d / "class").write_text(klass + "\n")
-        (d / "device").write_text(device + "\n")
-    text = gf.read_sysfs_pci(str(tmp_path))
-    assert text.splitlines()[1] == "0000:00:06.0 0x030200 0x10de:0x2335"
-    assert gf.parse_lspci_n(text) == ["0000:00:06.0"]
-    assert gf.read_sysfs_pci(str(tmp_path / "missing")) is None
+def test_pci_listing_formats_and_what_is_refused(tmp_path):
+    # lspci -n (synthetic fixture), lspci -nn (line from club-3090#688), sysfs layout (real).
+    assert len(rd.parse_lspci_n(_read(SYNTH / "lspci-n.txt"))) == 8
+    nn = (
+        "01:00.0 VGA compatible controller [0300]: NVIDIA Corporation GA102 [GeForce RTX 3090] "
+        "[10de:2204] (rev a1)\n"
+    )
+    assert rd.parse_lspci_n(nn) == ["0000:01:00.0"]
+    # The shared capture's bare slot list cannot tell GPUs from other devices.
+    with pytest.raises(smi.GpuFactsError, match="unrecognised line in the PCI device listing"):
+        rd.parse_lspci_n(_read(P2P / "sysfs-pci-slots.txt"))
+    # An lspci -vvv dump where `lspci -n` is expected: named as such.
+    with pytest.raises(smi.GpuFactsError, match="looks like `lspci -vvv` output"):
+        rd.parse_lspci_n(_read(PUBLIC / "lspci-vvv-pex890xx-nonroot.txt"))
+    # Through the seam the same error reaches the caller.
+    _copy(P2P, tmp_path)
+    (tmp_path / "lspci-n.txt").write_text(_read(PUBLIC / "lspci-vvv-amd-gpp-acs-redirect.txt"))
+    with pytest.raises(smi.GpuFactsError, match="lspci -vvv"):
+        collect_from_fixture(str(tmp_path))
+
+
+def test_nvidia_smi_failing_with_a_lost_gpu_names_it_and_never_falls_back():
+    lost_line = _read(PUBLIC / "nvidia-smi-lost-gpu-nvct69.txt")  # GPU0000:65:00.0
+
+    def run(argv):
+        return 15, lost_line, ""
+
+    pci = "0000:65:00.0 0302: 10de:2bb5 (rev a1)\n0000:66:00.0 0302: 10de:2bb5 (rev a1)\n"
+    facts = gf.collect(
+        run, nvidia_smi="nvidia-smi", proc_version_text=_synth_proc(), lspci_text=pci
+    )
+    assert facts["present"] is False
+    assert facts["driver_loaded"] is True
+    assert facts["lost_gpus"] == [{"bus_id": "0000:65:00.0", "error": "Unknown Error"}]
+    (problem,) = facts["problems"]
+    assert problem.startswith(
+        "the NVIDIA kernel module 580.95.05 is loaded but nvidia-smi failed (rc=15): "
+    )
+    assert "GPUs nvidia-smi cannot open: 0000:65:00.0 (Unknown Error)" in problem
+    assert "NVIDIA GPUs on the PCI bus that nvidia-smi does not list: 0000:66:00.0" in problem
+
+
+def test_exit_zero_with_a_lost_gpu_line_among_the_rows_names_the_gpu():
+    # Synthetic 8x rows with GPU 3's row replaced by the real error line of
+    # open-gpu-kernel-modules#387 moved to its bus id: no field-count error.
+    rows = [
+        ln for ln in _read(SYNTH / "nvidia-smi-query-gpu.csv").splitlines() if "5d:00.0" not in ln
+    ]
+    rows.append("Unable to determine the device handle for GPU 0000:5D:00.0: Unknown Error")
+    text = "\n".join(rows) + "\n"
+
+    def run(argv):
+        if argv[1].startswith("--query-gpu="):
+            return 0, text, ""
+        return 1, "", "not captured"
+
+    facts = gf.collect(
+        run,
+        nvidia_smi="nvidia-smi",
+        proc_version_text=_synth_proc(),
+        lspci_text=_read(SYNTH / "lspci-n.txt"),
+    )
+    assert facts["gpu_count"] == 7
+    assert facts["lost_gpus"] == [{"bus_id": "0000:5d:00.0", "error": "Unknown Error"}]
+    (problem,) = facts["problems"]
+    assert problem.startswith(
+        "nvidia-smi lists 7 GPU(s) but 8 NVIDIA GPU(s) are on the PCI bus and in the driver; "
+        "it cannot open 0000:5d:00.0 (Unknown Error)"
+    )
+
+
+def test_fewer_gpus_than_the_pci_bus_without_an_error_line(tmp_path):
+    _copy(SYNTH, tmp_path)
+    rows = [
+        ln for ln in _read(SYNTH / "nvidia-smi-query-gpu.csv").splitlines() if "db:00.0" not in ln
+    ]
+    (tmp_path / "nvidia-smi-query-gpu.csv").write_text("\n".join(rows) + "\n")
+    facts = collect_from_fixture(str(tmp_path))
+    assert facts["gpu_count"] == 7
+    assert facts["expected_gpu_slots"][-1] == "0000:db:00.0"
+    (problem,) = facts["problems"]
+    assert "missing: 0000:db:00.0" in problem
+    # An LXC container given GPUs 0-6 only says so, and then nothing is missing.
+    given = [f"0000:{s}:00.0" for s in ("18", "2a", "3a", "5d", "9a", "ab", "ba")]
+    assert collect_from_fixture(str(tmp_path), expected_bus_ids=given)["problems"] == []
+
+
+def test_blackwell_on_the_proprietary_module_says_no_devices_and_names_every_gpu():
+    def run(argv):
+        return 6, "No devices were found\n", ""
+
+    facts = gf.collect(
+        run,
+        nvidia_smi="nvidia-smi",
+        proc_version_text=(
+            "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.95.05  Release Build\n"
+        ),
+        lspci_text=_read(SYNTH / "lspci-n.txt"),
+    )
+    (problem,) = facts["problems"]
+    assert "nvidia-smi failed (rc=6): No devices were found" in problem
+    assert problem.endswith(
+        "0000:18:00.0, 0000:2a:00.0, 0000:3a:00.0, 0000:5d:00.0, 0000:9a:00.0, 0000:ab:00.0, "
+        "0000:ba:00.0, 0000:db:00.0"
+    )
+    assert facts["kernel_module"]["flavour"] == "proprietary"
+
+
+def test_no_driver_loaded_and_nvidia_smi_failing_is_not_a_problem_yet():
+    # A host before its first reboot into the driver: facts say so, nothing to repair here.
+    def run(argv):
+        return (
+            9,
+            "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.",
+            "",
+        )
+
+    facts = gf.collect(run, nvidia_smi="nvidia-smi", lspci_text=_read(SYNTH / "lspci-n.txt"))
+    assert facts["problems"] == []
+    assert facts["driver_loaded"] is False
+    assert facts["pci_gpu_count"] == 8
+
+
+# --- case 2: userspace of another version than the module ---
+
+
+def test_userspace_module_mismatch_names_both_versions_and_the_fix():
+    def run(argv):
+        return 18, _read(PUBLIC / "nvidia-smi-mismatch-tinygrad47.txt"), ""
+
+    facts = gf.collect(
+        run,
+        nvidia_smi="nvidia-smi",
+        proc_version_text=_synth_proc(),
+        lspci_text=_read(SYNTH / "lspci-n.txt"),
+    )
+    (problem,) = facts["problems"]
+    assert (
+        "The userspace driver (NVML 570.124) does not match the kernel module 580.95.05" in problem
+    )
+    assert "install the userspace of exactly 580.95.05" in problem
+    assert "nvidia-smi reaches none of the NVIDIA GPUs on the PCI bus: 0000:18:00.0, " in problem
+    assert facts["nvidia_smi_rc"] == 18
+
+
+def test_nvidia_smi_reporting_another_driver_than_the_module_is_a_problem(tmp_path):
+    _copy(SYNTH, tmp_path)
+    (tmp_path / "proc-driver-nvidia-version.txt").write_text(
+        _synth_proc().replace("580.95.05", "580.82.07")
+    )
+    facts = collect_from_fixture(str(tmp_path))
+    assert facts["problems"] == [
+        (
+            "nvidia-smi reports driver 580.95.05 but the loaded kernel module is 580.82.07: "
+            "install the userspace of exactly 580.82.07"
+        )
+    ]
+
+
+# --- case 3: device nodes, nvidia-uvm, CUDA initialisation ---
+
+
+def test_real_device_nodes_and_minors():
+    nodes = rd.parse_device_nodes(_read(P2P / "dev-nvidia.txt"))
+    assert nodes["/dev/nvidia0"] == "195:0"
+    assert nodes["/dev/nvidiactl"] == "195:255"
+    assert nodes["/dev/nvidia-uvm"] == "238:0"
+    assert nodes["/dev/nvidia-uvm-tools"] == "238:1"
+    assert nodes["/dev/nvidia-caps/nvidia-cap2"] == "241:2"
+    facts = collect_from_fixture(str(P2P))
+    assert gf.gpu_minors(facts) == {0: 0, 1: 1}
+    assert facts["problems"] == []
+
+
+def test_container_without_nvidia_uvm_names_the_lxc_and_host_fix(tmp_path):
+    _copy(P2P, tmp_path)
+    lines = [ln for ln in _read(P2P / "dev-nvidia.txt").splitlines() if "uvm" not in ln]
+    (tmp_path / "dev-nvidia.txt").write_text("\n".join(lines) + "\n")
+    (tmp_path / "container.txt").write_text("lxc\n")
+    facts = collect_from_fixture(str(tmp_path))
+    assert facts["container"] == "lxc"
+    (problem,) = facts["problems"]
+    assert problem.startswith(
+        "device nodes missing: /dev/nvidia-uvm, /dev/nvidia-uvm-tools (CUDA cannot initialise "
+        "without nvidia-uvm); fix on the host, load nvidia-uvm"
+    )
+    assert "lxc.cgroup2.devices.allow: c 195:* rwm" in problem
+    assert "lxc.mount.entry: /dev/<node> dev/<node> none bind,optional,create=file" in problem
+    # On a host (no container) and no CUDA check, missing uvm nodes are normal until first use.
+    (tmp_path / "container.txt").unlink()
+    assert collect_from_fixture(str(tmp_path))["problems"] == []
+
+
+def test_missing_gpu_node_and_failed_cuda_init(tmp_path):
+    _copy(P2P, tmp_path)
+    lines = [ln for ln in _read(P2P / "dev-nvidia.txt").splitlines() if "/dev/nvidia1" not in ln]
+    (tmp_path / "dev-nvidia.txt").write_text("\n".join(lines) + "\n")
+    (tmp_path / "cuda-init.json").write_text(
+        json.dumps(
+            {
+                "loaded": True,
+                "driver_cuda_version": 13000,
+                "init_rc": 100,
+                "init_error": "CUDA_ERROR_NO_DEVICE",
+                "driver_version_rc": 0,
+            }
+        )
+        + "\n"
+    )
+    facts = collect_from_fixture(str(tmp_path))
+    assert facts["cuda"]["initialised"] is False
+    assert facts["cuda"]["error"] == "cuInit failed: CUDA_ERROR_NO_DEVICE (100)"
+    assert facts["cuda"]["driver_cuda_version"] == "13.0"
+    assert facts["problems"][0] == (
+        "device nodes missing: /dev/nvidia1; fix on the host: `nvidia-modprobe -c=<minor>` for "
+        "each GPU"
+    )
+    assert (
+        facts["problems"][1] == "CUDA cannot initialise: cuInit failed: CUDA_ERROR_NO_DEVICE (100)"
+    )
+
+
+def test_cuda_seeing_fewer_devices_than_nvidia_smi(tmp_path):
+    _copy(P2P, tmp_path)
+    (tmp_path / "cuda-init.json").write_text(
+        '{"loaded": true, "driver_cuda_version": 13000, "init_rc": 0, "count_rc": 0, '
+        '"device_count": 1}\n'
+    )
+    assert collect_from_fixture(str(tmp_path))["problems"] == [
+        (
+            "CUDA sees 1 device(s), nvidia-smi lists 2: CUDA_VISIBLE_DEVICES or the cgroup "
+            "device rules hide some"
+        )
+    ]

@@ -5,7 +5,8 @@ equals what the parsers make here of the raw outputs captured in the same run.""
 
 import json
 
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import gpu_facts as gf
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils import gpu_readers as rd
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils import nvidia_smi as smi
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_host import (
     collect_from_fixture,
 )
@@ -72,12 +73,12 @@ def test_device_sysfs_capture_counts_one_nvidia_gpu(tmp_path):
         (d / "vendor").write_text(vendor + "\n")
         (d / "device").write_text(device + "\n")
     assert len(list(tmp_path.iterdir())) == 7
-    assert gf.parse_lspci_n(gf.read_sysfs_pci(str(tmp_path))) == ["0000:00:06.0"]
+    assert rd.parse_lspci_n(rd.read_sysfs_pci(str(tmp_path))) == ["0000:00:06.0"]
 
 
 def test_device_sysfs_capture_is_a_pci_listing_the_parser_reads():
     # The capture's own layout (issue 10, case 5: it used to count as 0 GPUs silently).
-    assert gf.parse_lspci_n((DEV / "sysfs-pci.txt").read_text()) == ["0000:00:06.0"]
+    assert rd.parse_lspci_n((DEV / "sysfs-pci.txt").read_text()) == ["0000:00:06.0"]
 
 
 def test_proc_file_alone_names_the_loaded_module(tmp_path):
@@ -99,7 +100,7 @@ def test_proc_file_alone_names_the_loaded_module(tmp_path):
 
 def test_compute_apps_after_the_holder_exited_is_empty():
     assert (
-        gf.parse_compute_apps((DEV / "nvidia-smi-query-compute-apps-after.csv").read_text()) == []
+        smi.parse_compute_apps((DEV / "nvidia-smi-query-compute-apps-after.csv").read_text()) == []
     )
 
 

@@ -8,6 +8,7 @@ import json
 
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import gpu_fabric as fab
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import gpu_host as gh
+from ansible_collections.vllm_fleet.fleet.plugins.modules import vllm_cutover
 from repo_paths import FIXTURES
 
 P2P = FIXTURES / "gpu" / "h200x2-nvlink-p2p"
@@ -139,17 +140,6 @@ def test_live_host_reads_the_same_facts_as_the_capture(tmp_path, monkeypatch):
     assert ["/usr/bin/nvidia-smi", "topo", "-p2p", "r"] in smi.calls
 
 
-def test_live_device_nodes_are_character_devices_only(tmp_path):
-    dev = tmp_path / "dev"
-    dev.mkdir()
-    (dev / "nvidia0").write_text("")  # a plain file is not a device node
-    assert gh.gpu_facts.read_device_nodes(str(dev)) == ""
-    real = gh.gpu_facts.read_device_nodes("/dev")
-    # /dev/null is 1:3 everywhere; make sure the renderer's layout parses back.
-    assert gh.gpu_facts.parse_device_nodes("c 1:3 /dev/null\n") == {"/dev/null": "1:3"}
-    assert all(line.startswith("c ") for line in real.splitlines())
-
-
 def test_cuda_check_that_hangs_is_reported_not_raised(tmp_path):
     def run(argv):
         return 124, "", ""
@@ -157,15 +147,14 @@ def test_cuda_check_that_hangs_is_reported_not_raised(tmp_path):
     host = gh.LiveHost(
         run, None, python="/usr/bin/python3", timeout_bin="/usr/bin/timeout", cuda_init=True
     )
-    result = gh.gpu_facts.parse_cuda_init(host.read("cuda_init"))
+    result = gh.gpu_readers.parse_cuda_init(host.read("cuda_init"))
     assert result["initialised"] is False
     assert result["error"] == "cuInit failed: the check hung for 120 s and was killed (-1)"
 
 
-def test_gpu_facts_still_offers_collect_from_fixture():
-    # The cutover imports gpu_facts alone and reads processes through this name.
-    from ansible_collections.vllm_fleet.fleet.plugins.module_utils import gpu_facts
-
-    facts = gpu_facts.collect_from_fixture(str(FIXTURES / "gpu" / "synthetic-rtxpro6000x8-pcie"))
+def test_the_cutover_reads_processes_from_a_fixture_through_gpu_host():
+    # vllm_cutover's gpu_reader with a gpu_facts_fixture_dir: gather() on the captures.
+    synth = str(FIXTURES / "gpu" / "synthetic-rtxpro6000x8-pcie")
+    facts = vllm_cutover.gpu_reader(None, synth)()
     assert [p["pid"] for p in facts["processes"]] == [4242]
-    assert facts == gh.collect_from_fixture(str(FIXTURES / "gpu" / "synthetic-rtxpro6000x8-pcie"))
+    assert facts == gh.collect_from_fixture(synth)

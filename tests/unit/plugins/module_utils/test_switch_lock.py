@@ -101,3 +101,11 @@ def test_a_killed_holder_leaves_no_lock_behind(hold):
     assert json.loads(path.read_text())["pid"] == proc.pid  # only information now
     with switch_lock.switch_lock(str(path), "tiny_gqa", 1) as got:
         assert got["waited_for"] is None
+
+
+def test_wait_limit_is_the_option_or_the_longest_switch():
+    # Unset: a switch that rolls back starts two models (2 x 900), drains (60), plus 300.
+    assert switch_lock.wait_limit(None, 900, 60.0) == 2 * 900 + 60 + 300
+    assert switch_lock.wait_limit(None, 30, 2.5) == 60 + 2 + 300
+    assert switch_lock.wait_limit(45, 900, 60.0) == 45
+    assert switch_lock.wait_limit(0, 900, 60.0) == 0

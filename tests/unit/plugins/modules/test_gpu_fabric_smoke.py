@@ -4,44 +4,16 @@
 that prints what the all-reduce script printed on the lent 2x H200 (device run fixture),
 or hangs."""
 
-import json
 import os
 
 import pytest
-from ansible.module_utils import basic
 from ansible_collections.vllm_fleet.fleet.plugins.modules import gpu_fabric_smoke
 from repo_paths import FIXTURES
 
+from unit.module_harness import run_module
+
 GIB = 1024**3
 RUN = FIXTURES / "gpu" / "h200x2-device-2026-11-30"
-
-
-class _Exit(Exception):  # noqa: N818 - mirrors exit_json/fail_json
-    def __init__(self, result):
-        super().__init__(result)
-        self.result = result
-
-
-def _run(monkeypatch, args, *, check_mode=False):
-    args = dict(args)
-    if check_mode:
-        args["_ansible_check_mode"] = True
-
-    def exit_json(_self, **kwargs):
-        kwargs.setdefault("failed", False)
-        raise _Exit(kwargs)
-
-    def fail_json(_self, **kwargs):
-        kwargs["failed"] = True
-        raise _Exit(kwargs)
-
-    monkeypatch.setattr(basic.AnsibleModule, "exit_json", exit_json)
-    monkeypatch.setattr(basic.AnsibleModule, "fail_json", fail_json)
-    monkeypatch.setattr(basic, "_ANSIBLE_ARGS", json.dumps({"ANSIBLE_MODULE_ARGS": args}).encode())
-    monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy", raising=False)
-    with pytest.raises(_Exit) as caught:
-        gpu_fabric_smoke.main()
-    return caught.value.result
 
 
 def _stand_in(tmp_path, body):
@@ -60,11 +32,13 @@ FACTS = {
 
 
 @pytest.mark.parametrize("check_mode", [False, True])
-def test_module_reports_the_device_runs_measurement(monkeypatch, tmp_path, check_mode):
+def test_module_reports_the_device_runs_measurement(tmp_path, check_mode):
     line = (RUN / "smoke-script-output.json").read_text().strip()
     python = _stand_in(tmp_path, f"cat <<'JSON'\n{line}\nJSON\n")
-    result = _run(
-        monkeypatch, {"python": python, "gpus": [0, 1], "gpu_facts": FACTS}, check_mode=check_mode
+    result = run_module(
+        gpu_fabric_smoke.main,
+        {"python": python, "gpus": [0, 1], "gpu_facts": FACTS},
+        check_mode=check_mode,
     )
     assert result["failed"] is False
     assert result["changed"] is False
@@ -79,15 +53,15 @@ def test_module_reports_the_device_runs_measurement(monkeypatch, tmp_path, check
     )
 
 
-def test_module_skips_one_gpu_and_says_why(monkeypatch, tmp_path):
-    result = _run(monkeypatch, {"python": "/nonexistent/python", "gpus": [3]})
+def test_module_skips_one_gpu_and_says_why(tmp_path):
+    result = run_module(gpu_fabric_smoke.main, {"python": "/nonexistent/python", "gpus": [3]})
     assert result["skipped"] is True
     assert result["msg"] == (
         "GPU fabric smoke test skipped: the model uses 1 GPU: no collective between GPUs to test"
     )
 
 
-def test_module_skips_without_room_beside_a_serving_model(monkeypatch, tmp_path):
+def test_module_skips_without_room_beside_a_serving_model(tmp_path):
     python = _stand_in(tmp_path, "exit 1\n")
     facts = {
         "gpus": [
@@ -95,14 +69,18 @@ def test_module_skips_without_room_beside_a_serving_model(monkeypatch, tmp_path)
             {"index": 1, "memory_free_bytes": GIB // 2},
         ]
     }
-    result = _run(monkeypatch, {"python": python, "gpus": [0, 1], "gpu_facts": facts})
+    result = run_module(
+        gpu_fabric_smoke.main, {"python": python, "gpus": [0, 1], "gpu_facts": facts}
+    )
     assert result["skipped"] is True
     assert "GPU 1: 0.5 GiB" in result["msg"]
 
 
-def test_module_fails_on_a_hang_and_kills_it(monkeypatch, tmp_path):
+def test_module_fails_on_a_hang_and_kills_it(tmp_path):
     python = _stand_in(tmp_path, "echo 'NCCL INFO Bootstrap'; exec sleep 300\n")
-    result = _run(monkeypatch, {"python": python, "gpus": [0, 1], "gpu_facts": FACTS, "timeout": 2})
+    result = run_module(
+        gpu_fabric_smoke.main, {"python": python, "gpus": [0, 1], "gpu_facts": FACTS, "timeout": 2}
+    )
     assert result["failed"] is True
     assert result["rc"] == 124
     assert result["msg"].startswith(

@@ -2,49 +2,20 @@
 # SPDX-License-Identifier: Apache-2.0
 """The gpu_facts module end to end: real AnsibleModule, fed through its fixture_dir seam."""
 
-import json
-
 import pytest
-from ansible.module_utils import basic
 from ansible_collections.vllm_fleet.fleet.plugins.modules import gpu_facts
 from repo_paths import FIXTURES
+
+from unit.module_harness import run_module
 
 H200 = FIXTURES / "gpu" / "h200x2-nvlink"
 P2P = FIXTURES / "gpu" / "h200x2-nvlink-p2p"
 SYNTH = FIXTURES / "gpu" / "synthetic-rtxpro6000x8-pcie"
 
 
-class _Exit(Exception):  # noqa: N818 - mirrors exit_json/fail_json
-    def __init__(self, result):
-        super().__init__(result)
-        self.result = result
-
-
-def _run(monkeypatch, args, *, check_mode=False):
-    args = dict(args)
-    if check_mode:
-        args["_ansible_check_mode"] = True
-
-    def exit_json(_self, **kwargs):
-        kwargs.setdefault("failed", False)
-        raise _Exit(kwargs)
-
-    def fail_json(_self, **kwargs):
-        kwargs["failed"] = True
-        raise _Exit(kwargs)
-
-    monkeypatch.setattr(basic.AnsibleModule, "exit_json", exit_json)
-    monkeypatch.setattr(basic.AnsibleModule, "fail_json", fail_json)
-    monkeypatch.setattr(basic, "_ANSIBLE_ARGS", json.dumps({"ANSIBLE_MODULE_ARGS": args}).encode())
-    monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy", raising=False)
-    with pytest.raises(_Exit) as caught:
-        gpu_facts.main()
-    return caught.value.result
-
-
 @pytest.mark.parametrize("check_mode", [False, True])
-def test_module_reads_real_h200_capture(monkeypatch, check_mode):
-    result = _run(monkeypatch, {"fixture_dir": str(H200)}, check_mode=check_mode)
+def test_module_reads_real_h200_capture(check_mode):
+    result = run_module(gpu_facts.main, {"fixture_dir": str(H200)}, check_mode=check_mode)
     assert result["failed"] is False
     assert result["changed"] is False
     facts = result["gpu_facts"]
@@ -59,8 +30,8 @@ def test_module_reads_real_h200_capture(monkeypatch, check_mode):
     assert facts["kernel_module"] == {"flavour": "open", "version": "580.159.04", "source": "proc"}
 
 
-def test_module_reads_synthetic_pcie_fixture(monkeypatch):
-    facts = _run(monkeypatch, {"fixture_dir": str(SYNTH)})["gpu_facts"]
+def test_module_reads_synthetic_pcie_fixture():
+    facts = run_module(gpu_facts.main, {"fixture_dir": str(SYNTH)})["gpu_facts"]
     assert facts["gpu_count"] == 8
     assert facts["pci_gpu_count"] == 8
     assert facts["topology"]["interconnect"] == "pcie"
@@ -69,8 +40,8 @@ def test_module_reads_synthetic_pcie_fixture(monkeypatch):
 
 def test_module_without_nvidia_smi_reports_zero_gpus(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
-    result = _run(
-        monkeypatch,
+    result = run_module(
+        gpu_facts.main,
         {
             "nvidia_smi_path": str(tmp_path / "nvidia-smi"),
             "proc_version_path": str(tmp_path / "version"),
@@ -86,22 +57,22 @@ def test_module_without_nvidia_smi_reports_zero_gpus(monkeypatch, tmp_path):
     assert facts["pci_gpu_count"] is None
 
 
-def test_module_fixture_dir_missing_fails_naming_it(monkeypatch, tmp_path):
-    result = _run(monkeypatch, {"fixture_dir": str(tmp_path / "nope")})
+def test_module_fixture_dir_missing_fails_naming_it(tmp_path):
+    result = run_module(gpu_facts.main, {"fixture_dir": str(tmp_path / "nope")})
     assert result["failed"] is True
     assert result["msg"] == (
         f"fixture_dir: wanted a directory of captures, found none at {tmp_path / 'nope'}"
     )
 
 
-def test_module_empty_fixture_dir_means_nvidia_smi_absent(monkeypatch, tmp_path):
-    facts = _run(monkeypatch, {"fixture_dir": str(tmp_path)})["gpu_facts"]
+def test_module_empty_fixture_dir_means_nvidia_smi_absent(tmp_path):
+    facts = run_module(gpu_facts.main, {"fixture_dir": str(tmp_path)})["gpu_facts"]
     assert facts["gpu_count"] == 0
     assert facts["present"] is False
 
 
-def test_module_reads_the_fabric_of_the_real_capture(monkeypatch):
-    facts = _run(monkeypatch, {"fixture_dir": str(P2P)})["gpu_facts"]
+def test_module_reads_the_fabric_of_the_real_capture():
+    facts = run_module(gpu_facts.main, {"fixture_dir": str(P2P)})["gpu_facts"]
     assert facts["problems"] == []
     assert [g["pcie"]["status"] for g in facts["fabric"]["gpus"]] == ["ok", "ok"]
     assert facts["fabric"]["p2p_read"]["not_ok"] == []
@@ -123,8 +94,10 @@ def _lost_gpu_dir(tmp_path):
 
 
 @pytest.mark.parametrize("check_mode", [False, True])
-def test_module_fails_naming_a_lost_gpu(monkeypatch, tmp_path, check_mode):
-    result = _run(monkeypatch, {"fixture_dir": str(_lost_gpu_dir(tmp_path))}, check_mode=check_mode)
+def test_module_fails_naming_a_lost_gpu(tmp_path, check_mode):
+    result = run_module(
+        gpu_facts.main, {"fixture_dir": str(_lost_gpu_dir(tmp_path))}, check_mode=check_mode
+    )
     assert result["failed"] is True
     assert result["msg"].startswith(
         "GPU problems: nvidia-smi lists 7 GPU(s) but 8 NVIDIA GPU(s) are on the PCI bus and in "
@@ -133,9 +106,9 @@ def test_module_fails_naming_a_lost_gpu(monkeypatch, tmp_path, check_mode):
     assert result["gpu_facts"]["gpu_count"] == 7
 
 
-def test_module_reports_problems_when_asked_not_to_fail(monkeypatch, tmp_path):
-    result = _run(
-        monkeypatch, {"fixture_dir": str(_lost_gpu_dir(tmp_path)), "fail_on_problems": False}
+def test_module_reports_problems_when_asked_not_to_fail(tmp_path):
+    result = run_module(
+        gpu_facts.main, {"fixture_dir": str(_lost_gpu_dir(tmp_path)), "fail_on_problems": False}
     )
     assert result["failed"] is False
     assert result["changed"] is False
@@ -144,9 +117,9 @@ def test_module_reports_problems_when_asked_not_to_fail(monkeypatch, tmp_path):
     ]
 
 
-def test_module_fails_on_text_it_cannot_read(monkeypatch, tmp_path):
+def test_module_fails_on_text_it_cannot_read(tmp_path):
     (tmp_path / "proc-driver-nvidia-version.txt").write_text("nvidia: module loaded\n")
-    result = _run(monkeypatch, {"fixture_dir": str(tmp_path)})
+    result = run_module(gpu_facts.main, {"fixture_dir": str(tmp_path)})
     assert result["failed"] is True
     assert result["msg"].startswith(
         "Could not read GPU facts: the NVIDIA kernel module version text is in an unrecognised "
@@ -161,8 +134,8 @@ def test_module_live_reads_the_proc_file_without_nvidia_smi(monkeypatch, tmp_pat
     version.write_text(
         (FIXTURES / "gpu" / "h200-device-2026-11-29" / "proc-driver-nvidia-version.txt").read_text()
     )
-    result = _run(
-        monkeypatch,
+    result = run_module(
+        gpu_facts.main,
         {
             "nvidia_smi_path": str(tmp_path / "nvidia-smi"),
             "proc_version_path": str(version),

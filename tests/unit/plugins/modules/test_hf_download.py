@@ -5,45 +5,37 @@
 import json
 import sys
 
-import pytest
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import hf_download as mu
 from ansible_collections.vllm_fleet.fleet.plugins.modules import hf_download as module
 
-
-def _run(mod, args, capsys):
-    with patch_module_args(args), pytest.raises(SystemExit) as exc:
-        mod.main()
-    return exc.value.code, json.loads(capsys.readouterr().out)
+from unit.module_harness import run_module
 
 
-def test_download_error_becomes_fail_json_and_token_is_not_echoed(monkeypatch, capsys, tmp_path):
+def test_download_error_becomes_fail_json_and_token_is_not_echoed(monkeypatch, tmp_path):
     def boom(self):
         raise mu.DownloadError("repository org/x not found at http://h (HTTP 404)")
 
     monkeypatch.setattr(mu.HfDownloader, "run", boom)
-    rc, out = _run(
-        module,
+    out = run_module(
+        module.main,
         {"repo_id": "org/x", "local_dir": str(tmp_path), "token": "hf_secret_value"},
-        capsys,
     )
-    assert rc == 1
+    assert out.exit_code == 1
     assert out["failed"] is True
     assert out["msg"] == "repository org/x not found at http://h (HTTP 404)"
     assert "hf_secret_value" not in json.dumps(out)
 
 
-def test_token_and_token_file_are_exclusive(capsys, tmp_path):
-    rc, out = _run(
-        module,
+def test_token_and_token_file_are_exclusive(tmp_path):
+    out = run_module(
+        module.main,
         {"repo_id": "o/x", "local_dir": str(tmp_path), "token": "hf_tok_value", "token_file": "/t"},
-        capsys,
     )
-    assert rc == 1
+    assert out.exit_code == 1
     assert "mutually exclusive" in out["msg"]
 
 
-def test_result_is_passed_through_and_diff_dropped_without_diff_mode(monkeypatch, capsys, tmp_path):
+def test_result_is_passed_through_and_diff_dropped_without_diff_mode(monkeypatch, tmp_path):
     seen = {}
 
     def fake_run(self):
@@ -51,17 +43,16 @@ def test_result_is_passed_through_and_diff_dropped_without_diff_mode(monkeypatch
         return {"changed": True, "revision": "a" * 40, "bytes_to_download": 7, "diff": {}}
 
     monkeypatch.setattr(mu.HfDownloader, "run", fake_run)
-    rc, out = _run(
-        module,
+    out = run_module(
+        module.main,
         {
             "repo_id": "o/x",
             "local_dir": str(tmp_path),
             "_ansible_check_mode": True,
             "max_workers": 3,
         },
-        capsys,
     )
-    assert rc == 0
+    assert out.exit_code == 0
     assert out["changed"] is True
     assert out["bytes_to_download"] == 7
     assert "diff" not in out
@@ -69,17 +60,18 @@ def test_result_is_passed_through_and_diff_dropped_without_diff_mode(monkeypatch
 
 
 def test_check_mode_without_huggingface_hub_estimates_from_the_size_hint(
-        monkeypatch, capsys, tmp_path):
+        monkeypatch, tmp_path):
     """A host before its first download: no huggingface_hub, the catalog's size less the disk."""
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)
     model = tmp_path / "org" / "x"
     (model / "sub").mkdir(parents=True)
     (model / "sub" / "model-00001.safetensors").write_bytes(b"x" * 1000)
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
-    rc, out = _run(module, {"repo_id": "org/x", "local_dir": str(model), "size_hint_bytes": 2**60,
-                            "margin_bytes": 0, "hub_venv": str(tmp_path / "tools"),
-                            "_ansible_check_mode": True}, capsys)
-    assert rc == 0
+    out = run_module(module.main, {"repo_id": "org/x", "local_dir": str(model),
+                                   "size_hint_bytes": 2**60, "margin_bytes": 0,
+                                   "hub_venv": str(tmp_path / "tools"),
+                                   "_ansible_check_mode": True})
+    assert out.exit_code == 0
     assert out["estimated"] is True
     assert out["revision"] is None
     assert out["bytes_on_disk"] == 1000
@@ -92,10 +84,10 @@ def test_check_mode_without_huggingface_hub_estimates_from_the_size_hint(
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
 
 
-def test_without_huggingface_hub_a_real_run_fails_clearly(monkeypatch, capsys, tmp_path):
+def test_without_huggingface_hub_a_real_run_fails_clearly(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)
-    rc, out = _run(module, {"repo_id": "org/x", "local_dir": str(tmp_path / "m"),
-                            "size_hint_bytes": 10}, capsys)
-    assert rc == 1
+    out = run_module(module.main, {"repo_id": "org/x", "local_dir": str(tmp_path / "m"),
+                                   "size_hint_bytes": 10})
+    assert out.exit_code == 1
     assert out["msg"].startswith("huggingface_hub is not importable by ")
     assert not (tmp_path / "m").exists()

@@ -5,47 +5,15 @@
 import json
 
 import pytest
-from ansible.module_utils import basic
-from ansible.module_utils.common.text.converters import to_bytes
 from ansible_collections.vllm_fleet.fleet.plugins.modules import model_fit as module
 from repo_paths import FIXTURES
+
+from unit.module_harness import run_module
 
 GPU = {"count": 8, "memory_total_bytes": 102_641_958_912, "compute_capability": "12.0",
        "interconnect": "pcie"}
 # The old constant, so the hand sums below stay as they were.
 NINE_GIB = 9 * 1024**3
-
-
-class ExitJsonError(Exception):
-    pass
-
-
-class FailJsonError(Exception):
-    pass
-
-
-def _exit_json(_self, **kwargs):
-    raise ExitJsonError(kwargs)
-
-
-def _fail_json(_self, **kwargs):
-    kwargs["failed"] = True
-    raise FailJsonError(kwargs)
-
-
-@pytest.fixture(autouse=True)
-def _patch(monkeypatch):
-    monkeypatch.setattr(basic.AnsibleModule, "exit_json", _exit_json)
-    monkeypatch.setattr(basic.AnsibleModule, "fail_json", _fail_json)
-
-
-def run(monkeypatch, args, check_mode=False):
-    args = dict(args, _ansible_check_mode=check_mode)
-    monkeypatch.setattr(basic, "_ANSIBLE_ARGS", to_bytes(json.dumps({"ANSIBLE_MODULE_ARGS": args})))
-    monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy", raising=False)
-    with pytest.raises((ExitJsonError, FailJsonError)) as info:
-        module.main()
-    return info.value.args[0]
 
 
 def minimax():
@@ -57,8 +25,8 @@ def kimi():
 
 
 @pytest.mark.parametrize("check_mode", [False, True])
-def test_reports_minimax_tp8_ep_unchanged(monkeypatch, check_mode):
-    result = run(monkeypatch, {
+def test_reports_minimax_tp8_ep_unchanged(check_mode):
+    result = run_module(module.main, {
         "config": minimax(),
         "serve": {"tensor_parallel_size": 8, "enable_expert_parallel": True,
                   "max_model_len": 196608, "gpu_memory_utilization": 0.92},
@@ -75,8 +43,8 @@ def test_reports_minimax_tp8_ep_unchanged(monkeypatch, check_mode):
     assert fit["fits"] is True
 
 
-def test_weights_from_safetensors_index(monkeypatch):
-    result = run(monkeypatch, {
+def test_weights_from_safetensors_index():
+    result = run_module(module.main, {
         "config": minimax(),
         "serve": {"tensor_parallel_size": 4, "max_model_len": 4096},
         "safetensors_index": {"metadata": {"total_size": 228_000_000_000}},
@@ -86,8 +54,8 @@ def test_weights_from_safetensors_index(monkeypatch):
     assert result["fit"]["weights_bytes_per_gpu"] == 57_000_000_000
 
 
-def test_predicts_vllm_log(monkeypatch):
-    result = run(monkeypatch, {
+def test_predicts_vllm_log():
+    result = run_module(module.main, {
         "config": minimax(),
         "serve": {"tensor_parallel_size": 4, "max_model_len": 196608},
         "weight_bytes": 230_000_000_000,
@@ -99,8 +67,8 @@ def test_predicts_vllm_log(monkeypatch):
     assert result["fit"]["predicted_vllm_kv_cache_tokens"] == 399_472
 
 
-def test_fail_on_no_fit_names_wanted_and_found(monkeypatch):
-    result = run(monkeypatch, {
+def test_fail_on_no_fit_names_wanted_and_found():
+    result = run_module(module.main, {
         "config": kimi(),
         "serve": {"tensor_parallel_size": 4, "max_model_len": 131072,
                   "gpu_memory_utilization": 0.92},
@@ -116,21 +84,21 @@ def test_fail_on_no_fit_names_wanted_and_found(monkeypatch):
     assert result["fit"]["fits"] is False
 
 
-def test_bad_config_fails_cleanly(monkeypatch):
-    result = run(monkeypatch, {"config": {"model_type": "x"}, "weight_bytes": 1, "gpu": GPU})
+def test_bad_config_fails_cleanly():
+    result = run_module(module.main, {"config": {"model_type": "x"}, "weight_bytes": 1, "gpu": GPU})
     assert result["failed"] is True
     assert result["msg"].startswith("Cannot evaluate the model's fit: config.json needs "
                                     "num_hidden_layers")
 
 
-def test_weight_source_is_required(monkeypatch):
-    result = run(monkeypatch, {"config": minimax(), "gpu": GPU})
+def test_weight_source_is_required():
+    result = run_module(module.main, {"config": minimax(), "gpu": GPU})
     assert result["failed"] is True
     assert "weight_bytes" in result["msg"]
 
 
-def test_profile_versions_and_revision_reach_the_report(monkeypatch):
-    result = run(monkeypatch, {
+def test_profile_versions_and_revision_reach_the_report():
+    result = run_module(module.main, {
         "config": kimi(),
         "serve": {"tensor_parallel_size": 8, "decode_context_parallel_size": 8,
                   "kv_cache_dtype": "fp8", "max_model_len": 131072,
@@ -155,10 +123,10 @@ def test_profile_versions_and_revision_reach_the_report(monkeypatch):
     assert not any("older than 0.19.1, the minimum" in w for w in fit["warnings"])
 
 
-def test_unsizable_architecture_fails_with_the_reason(monkeypatch):
+def test_unsizable_architecture_fails_with_the_reason():
     config = json.loads((FIXTURES / "models" / "nvidia--DeepSeek-V4-Flash-NVFP4.config.json")
                         .read_text())
-    result = run(monkeypatch, {"config": config, "weight_bytes": 1, "gpu": GPU})
+    result = run_module(module.main, {"config": config, "weight_bytes": 1, "gpu": GPU})
     assert result["failed"] is True
     assert result["msg"].startswith("Cannot evaluate the model's fit: cannot size this "
                                     "architecture: DeepseekV4ForCausalLM has DeepSeek-V4 "

@@ -16,7 +16,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from ansible.module_utils import basic
-from ansible.module_utils.testing import patch_module_args
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import units as units_mod
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import upstream_conf
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.record import write as write_record
@@ -25,6 +24,7 @@ from ports import free_port
 from repo_paths import FIXTURES
 
 from unit.fake_host import CRASH, HANG, FakeHost
+from unit.module_harness import run_module
 
 B, G = "vllm-blue.service", "vllm-green.service"
 JOURNAL = ["INFO Loading weights", "ERROR CUDA out of memory"]
@@ -106,17 +106,15 @@ def world(servers, tmp_path, monkeypatch, port):
     return host
 
 
-def run_module(capsys, args):
-    with patch_module_args(args), pytest.raises(SystemExit) as caught:
-        vllm_cutover.main()
-    result = json.loads(capsys.readouterr().out)
+def run_cutover(args):
+    result = run_module(vllm_cutover.main, args)
     result["module_rc"] = result.get("rc")  # what a failed command returned, if the module says
-    result["rc"] = caught.value.code
+    result["rc"] = result.exit_code
     return result
 
 
-def test_first_deploy_switches_and_shows_the_diff(world, capsys):
-    result = run_module(capsys, {**world.args, "_ansible_diff": True})
+def test_first_deploy_switches_and_shows_the_diff(world):
+    result = run_cutover({**world.args, "_ansible_diff": True})
     assert result["rc"] == 0
     assert (result["changed"], result["action"], result["active_before"],
             result["active_after"], result["rolled_back"]) == (True, "switch", None, "green", False)
@@ -134,18 +132,18 @@ def test_first_deploy_switches_and_shows_the_diff(world, capsys):
 
     # The same run again: green is active, running and unchanged.
     world.calls.clear()
-    again = run_module(capsys, {**world.args, "_ansible_diff": True})
+    again = run_cutover({**world.args, "_ansible_diff": True})
     assert (again["rc"], again["changed"], again["action"]) == (0, False, "none")
     assert again["diff"]["before"] == again["diff"]["after"] == "active model: green\n"
     assert world.state_calls() == []
 
 
-def test_sequential_switch_from_blue(world, capsys):
+def test_sequential_switch_from_blue(world):
     write_record(str(world.state_file), {"active": world.blue, "previous": None, "history": []})
     # blue's worker exits at SIGTERM, its API server later (the module runs on the real clock,
     # the fake's stands still: only the blocking stop moves it on to blue's exit)
     world.units[B].release_s, world.units[B].exit_s = 0.0, 0.433
-    result = run_module(capsys, world.args)
+    result = run_cutover(world.args)
     assert (result["rc"], result["changed"], result["active_before"], result["active_after"]) == (
         0, True, "blue", "green")
     assert world.active_at_start[G] == []
@@ -162,11 +160,11 @@ def test_sequential_switch_from_blue(world, capsys):
     assert saved["history"] == [world.blue]
 
 
-def test_check_mode_touches_nothing(world, capsys):
+def test_check_mode_touches_nothing(world):
     write_record(str(world.state_file), {"active": world.blue, "previous": None, "history": []})
     before = world.state_file.read_bytes()
-    result = run_module(capsys, {**world.args, "_ansible_check_mode": True,
-                                 "_ansible_diff": True})
+    result = run_cutover({**world.args, "_ansible_check_mode": True,
+                          "_ansible_diff": True})
     assert (result["rc"], result["changed"], result["action"], result["blue"]) == (
         0, True, "switch", "blue")
     assert result["diff"] == {"before": "active model: blue\n", "after": "active model: green\n"}
@@ -175,11 +173,11 @@ def test_check_mode_touches_nothing(world, capsys):
     assert world.units[B].active_state == "active"
 
 
-def test_green_failure_fails_with_the_rollback_fields(world, capsys):
+def test_green_failure_fails_with_the_rollback_fields(world):
     write_record(str(world.state_file), {"active": world.blue, "previous": None, "history": []})
     before = world.state_file.read_bytes()
     world.units[G].behaviour = CRASH
-    result = run_module(capsys, world.args)
+    result = run_cutover(world.args)
     assert result["rc"] == 1
     assert result["failed"] is True
     assert result["changed"] is True  # blue was stopped and started again
@@ -197,13 +195,13 @@ def test_green_failure_fails_with_the_rollback_fields(world, capsys):
     assert world.state_file.read_bytes() == before
 
 
-def test_startup_stall_fails_a_silent_green_before_its_startup_timeout(world, capsys):
+def test_startup_stall_fails_a_silent_green_before_its_startup_timeout(world):
     """The option reaches the gate: green prints nothing after its start and is given up
     after 1 s of its 30 s timeout (real clock), then blue serves again."""
     write_record(str(world.state_file), {"active": world.blue, "previous": None, "history": []})
     world.units[G].behaviour = HANG
-    result = run_module(capsys, dict(world.args, strategy="parallel", startup_timeout=30,
-                                     startup_stall=1))
+    result = run_cutover(dict(world.args, strategy="parallel", startup_timeout=30,
+                              startup_stall=1))
     assert result["failed"] is True
     assert result["msg"].startswith(
         "cutover to green failed: green green failed its health gate at stall: "
@@ -217,10 +215,10 @@ def test_startup_stall_fails_a_silent_green_before_its_startup_timeout(world, ca
     assert world.units[B].active_state == "active"
 
 
-def test_refusal_before_anything_changes_reports_changed_false(world, capsys):
+def test_refusal_before_anything_changes_reports_changed_false(world):
     write_record(str(world.state_file), {"active": world.blue, "previous": None, "history": []})
     world.units[G].installed = False
-    result = run_module(capsys, world.args)
+    result = run_cutover(world.args)
     assert (result["rc"], result["failed"], result["changed"]) == (1, True, False)
     assert result["msg"] == ("cutover to green refused before any change: green unit "
                              "vllm-green.service is not installed (LoadState=not-found). "
@@ -229,15 +227,15 @@ def test_refusal_before_anything_changes_reports_changed_false(world, capsys):
     assert world.state_calls() == []
 
 
-def test_unreadable_record_fails_cleanly(world, capsys):
+def test_unreadable_record_fails_cleanly(world):
     world.state_file.write_text("active: blue\n")
-    result = run_module(capsys, world.args)
+    result = run_cutover(world.args)
     assert (result["rc"], result["failed"], result["changed"]) == (1, True, False)
     assert result["msg"].startswith(f"deployment record {world.state_file} is not JSON: ")
     assert world.calls == []
 
 
-def test_restart_option_restarts_the_running_active_model(world, capsys):
+def test_restart_option_restarts_the_running_active_model(world):
     green = {"model": "green", "unit": G, "url": world.args["url"], "port": world.args["port"],
              "served_model_name": "green-model", "startup_timeout_s": 900,
              "repo_id": "org/green", "revision": "b" * 40, "since": "2027-01-01T00:00:00+00:00"}
@@ -245,15 +243,15 @@ def test_restart_option_restarts_the_running_active_model(world, capsys):
                                          "history": [world.blue]})
     world.run_command(["systemctl", "start", G])
     world.calls.clear()
-    result = run_module(capsys, {**world.args, "restart": True})
+    result = run_cutover({**world.args, "restart": True})
     assert (result["rc"], result["changed"], result["action"]) == (0, True, "restart")
     assert world.state_calls() == [("reset-failed", G), ("restart", G), ("enable", G)]
     saved = json.loads(world.state_file.read_text())
     assert (saved["previous"], saved["history"]) == (world.blue, [world.blue])
 
 
-def test_bad_strategy_is_refused_by_the_argument_spec(world, capsys):
-    result = run_module(capsys, {**world.args, "strategy": "blue-green"})
+def test_bad_strategy_is_refused_by_the_argument_spec(world):
+    result = run_cutover({**world.args, "strategy": "blue-green"})
     assert result["failed"] is True
     assert result["msg"] == ("value of strategy must be one of: sequential, parallel, auto, "
                              "got: blue-green")
@@ -266,11 +264,11 @@ def recorded_blue(world, gpus=(0, 1, 2, 3)):
                                          "previous": None, "history": []})
 
 
-def test_sequential_switch_through_the_front_door(world, capsys):
+def test_sequential_switch_through_the_front_door(world):
     recorded_blue(world)
     world.units[B].inflight = [900.0, 900.0]  # the fake's clock stands still: they never finish
-    result = run_module(capsys, {**world.args, "frontdoor": world.frontdoor_args,
-                                 "drain_timeout": 0})
+    result = run_cutover({**world.args, "frontdoor": world.frontdoor_args,
+                          "drain_timeout": 0})
     assert (result["rc"], result["changed"], result["strategy"], result["active_after"]) == (
         0, True, "sequential", "green")
     port = world.args["port"]
@@ -294,17 +292,17 @@ def test_sequential_switch_through_the_front_door(world, capsys):
     assert saved["active"]["frontdoor_url"] == world.frontdoor_args["url"]
 
 
-def test_strategy_auto_with_disjoint_gpus_switches_in_parallel(world, capsys):
+def test_strategy_auto_with_disjoint_gpus_switches_in_parallel(world):
     recorded_blue(world, gpus=[0, 1, 2, 3])
-    result = run_module(capsys, {**world.args, "strategy": "auto", "gpus": [4, 5, 6, 7],
-                                 "frontdoor": world.frontdoor_args})
+    result = run_cutover({**world.args, "strategy": "auto", "gpus": [4, 5, 6, 7],
+                          "frontdoor": world.frontdoor_args})
     assert (result["rc"], result["strategy"], result["downtime_s"]) == (0, "parallel", 0.0)
     assert world.active_at_start[G] == [B]
     assert [port for _t, port in world.nginx.switches] == [world.args["port"]]
     assert json.loads(world.state_file.read_text())["active"]["gpus"] == [4, 5, 6, 7]
 
 
-def test_gpu_processes_foreign_to_both_units_refuse_the_switch(world, capsys, tmp_path):
+def test_gpu_processes_foreign_to_both_units_refuse_the_switch(world, tmp_path):
     """nvidia-smi is read when the switch decides (here through gpu_facts' fixture seam)."""
     recorded_blue(world)
     smi = tmp_path / "smi"
@@ -315,8 +313,8 @@ def test_gpu_processes_foreign_to_both_units_refuse_the_switch(world, capsys, tm
     (smi / "nvidia-smi-query-compute-apps.csv").write_text(
         f"4301, {80 * 1024}, {uuid.format(4)}\n"    # blue's worker (MiB)
         f"31337, 1024, {uuid.format(5)}\n")          # a process of no model service
-    result = run_module(capsys, {**world.args, "gpus": [4, 5], "gpu_facts_fixture_dir": str(smi),
-                                 "frontdoor": world.frontdoor_args})
+    result = run_cutover({**world.args, "gpus": [4, 5], "gpu_facts_fixture_dir": str(smi),
+                          "frontdoor": world.frontdoor_args})
     assert (result["rc"], result["failed"], result["changed"]) == (1, True, False)
     assert result["msg"] == ("cutover to green refused before any change: green green cannot "
                              "start: processes that belong to no model service hold memory on "
@@ -327,13 +325,13 @@ def test_gpu_processes_foreign_to_both_units_refuse_the_switch(world, capsys, tm
     assert world.units[B].active_state == "active"
 
 
-def test_check_mode_with_a_front_door_touches_nothing(world, capsys):
+def test_check_mode_with_a_front_door_touches_nothing(world):
     recorded_blue(world)
     upstream = world.frontdoor_args["upstream_file"]
     with open(upstream, encoding="utf-8") as handle:
         before = handle.read()
-    result = run_module(capsys, {**world.args, "frontdoor": world.frontdoor_args,
-                                 "_ansible_check_mode": True})
+    result = run_cutover({**world.args, "frontdoor": world.frontdoor_args,
+                          "_ansible_check_mode": True})
     assert (result["rc"], result["changed"], result["action"]) == (0, True, "switch")
     assert world.timeline == []
     assert {argv[1] for argv in world.calls} == {"show"}
@@ -341,7 +339,7 @@ def test_check_mode_with_a_front_door_touches_nothing(world, capsys):
         assert handle.read() == before
 
 
-def test_front_door_failure_on_the_active_model_fails_cleanly(world, capsys):
+def test_front_door_failure_on_the_active_model_fails_cleanly(world):
     green = {"model": "green", "unit": G, "url": world.args["url"], "port": world.args["port"],
              "served_model_name": "green-model", "startup_timeout_s": 900,
              "startup_stall_s": 600, "repo_id": "org/green", "revision": "b" * 40, "gpus": [],
@@ -349,7 +347,7 @@ def test_front_door_failure_on_the_active_model_fails_cleanly(world, capsys):
     write_record(str(world.state_file), {"active": green, "previous": None, "history": []})
     world.run_command(["systemctl", "start", G])
     world.nginx.active = False
-    result = run_module(capsys, {**world.args, "frontdoor": world.frontdoor_args})
+    result = run_cutover({**world.args, "frontdoor": world.frontdoor_args})
     assert (result["rc"], result["failed"], result["action"]) == (1, True, "frontdoor")
     assert result["msg"] == ("green is running, but the front door was not switched to it: "
                              "reloading nginx failed (systemctl reload nginx rc=1): "
@@ -374,11 +372,11 @@ time.sleep(float(sys.argv[2]))
 
 
 def test_a_rerun_waits_for_the_switch_in_progress_then_converges_from_its_record(
-        world, capsys, tmp_path):
+        world, tmp_path):
     """Issue 12 case 8: the controller died mid-switch; its job on the host goes on. The
     re-run's cutover waits on the host's lock, reads the record that job left and has
     nothing to do."""
-    first = run_module(capsys, world.args)
+    first = run_cutover(world.args)
     assert (first["rc"], first["action"]) == (0, "switch")
     lock = world.args["lock_file"]
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, lock, "1.0"],
@@ -387,8 +385,8 @@ def test_a_rerun_waits_for_the_switch_in_progress_then_converges_from_its_record
         assert holder.stdout.readline() == "held\n"
         world.calls.clear()
         progress = tmp_path / "progress.json"
-        again = run_module(capsys, {**world.args, "progress_file": str(progress),
-                                    "progress_interval": 0.2})
+        again = run_cutover({**world.args, "progress_file": str(progress),
+                             "progress_interval": 0.2})
     finally:
         holder.kill()
         holder.wait()
@@ -402,14 +400,14 @@ def test_a_rerun_waits_for_the_switch_in_progress_then_converges_from_its_record
     assert said["model"].startswith(f"the switch to green (pid {holder.pid}")
 
 
-def test_a_switch_in_progress_past_the_wait_fails_without_a_change(world, capsys):
+def test_a_switch_in_progress_past_the_wait_fails_without_a_change(world):
     lock = world.args["lock_file"]
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, lock, "30"],
                               stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline() == "held\n"
-        result = run_module(capsys, {**world.args, "lock_timeout": 1})
-        check = run_module(capsys, {**world.args, "_ansible_check_mode": True})
+        result = run_cutover({**world.args, "lock_timeout": 1})
+        check = run_cutover({**world.args, "_ansible_check_mode": True})
     finally:
         holder.kill()
         holder.wait()
@@ -429,26 +427,26 @@ REPLICA_HEAD = {"group": "lab_replica", "role": "head", "node_rank": 0, "nodes":
                                         {"name": "h2", "role": "worker", "state_url": ""}]}
 
 
-def test_the_phases_of_a_replica_head_through_the_module(world, capsys, tmp_path):
+def test_the_phases_of_a_replica_head_through_the_module(world, tmp_path):
     write_record(str(world.state_file), {"active": world.blue, "previous": None, "history": []})
     marker = str(tmp_path / "run" / "switching.json")
     args = dict(world.args, replica=REPLICA_HEAD, switch_marker=marker)
-    plan = run_module(capsys, dict(args, phase="plan", _ansible_check_mode=True))
+    plan = run_cutover(dict(args, phase="plan", _ansible_check_mode=True))
     assert (plan["rc"], plan["action"], plan["role"], plan["blue_role"]) == (
         0, "switch", "head", "single")
     assert plan["green_ranks"] == ["h1", "h2"]
     # The other phases are not run in check mode.
-    skipped = run_module(capsys, dict(args, phase="stop", _ansible_check_mode=True))
+    skipped = run_cutover(dict(args, phase="stop", _ansible_check_mode=True))
     assert (skipped["changed"], skipped["msg"]) == (
         False, "check mode: phase stop is not run (only plan is)")
     assert world.units[B].active_state == "active"
-    stop = run_module(capsys, dict(args, phase="stop"))
+    stop = run_cutover(dict(args, phase="stop"))
     assert (stop["rc"], stop["stopped"]) == (0, [B])
-    start = run_module(capsys, dict(args, phase="start"))
+    start = run_cutover(dict(args, phase="start"))
     assert (start["rc"], start["started"], start["invocation"]) == (0, G, f"{G}-inv-1")
-    gate = run_module(capsys, dict(args, phase="gate"))
+    gate = run_cutover(dict(args, phase="gate"))
     assert (gate["rc"], gate["ok"], gate["green_health"]["stage"]) == (0, True, "ok")
-    commit = run_module(capsys, dict(args, phase="commit"))
+    commit = run_cutover(dict(args, phase="commit"))
     assert (commit["rc"], commit["changed"]) == (0, True)
     saved = json.loads(world.state_file.read_text())
     assert saved["active"]["replica"] == REPLICA_HEAD
@@ -456,14 +454,14 @@ def test_the_phases_of_a_replica_head_through_the_module(world, capsys, tmp_path
     assert not (tmp_path / "run" / "switching.json").exists()
 
 
-def test_a_failed_gate_phase_fails_the_task_with_the_stage(world, capsys, tmp_path):
+def test_a_failed_gate_phase_fails_the_task_with_the_stage(world, tmp_path):
     write_record(str(world.state_file), {"active": world.blue, "previous": None, "history": []})
     world.units[G].behaviour = CRASH
     args = dict(world.args, replica=REPLICA_HEAD,
                 switch_marker=str(tmp_path / "run" / "switching.json"))
     for phase in ("stop", "start"):
-        assert run_module(capsys, dict(args, phase=phase))["rc"] == 0
-    gate = run_module(capsys, dict(args, phase="gate"))
+        assert run_cutover(dict(args, phase=phase))["rc"] == 0
+    gate = run_cutover(dict(args, phase="gate"))
     assert (gate["rc"], gate["failed"], gate["ok"]) == (1, True, False)
     assert gate["msg"] == (f"green green@bbbbbbbbbbbb failed its gate on this host at process: "
                            f"{G} failed (failed)")

@@ -6,6 +6,7 @@ probe's command line from the role's variables, the timer's period, and the sand
 import jinja2
 import yaml
 from ansible.plugins.filter.core import FilterModule as CoreFilters
+from ansible_collections.vllm_fleet.fleet.plugins.filter.host_path import host_path
 from repo_paths import ROOT
 from systemd_unit import exec_argv
 
@@ -16,6 +17,7 @@ def render(name, **overrides):
     env = jinja2.Environment(trim_blocks=True, keep_trailing_newline=True,
                              undefined=jinja2.StrictUndefined, autoescape=False)  # noqa: S701
     env.filters["comment"] = CoreFilters().filters()["comment"]
+    env.filters["vllm_fleet.fleet.host_path"] = host_path
     variables = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
     variables.update(yaml.safe_load((ROLE / "vars" / "main.yml").read_text()))
     variables.update(ansible_managed="Ansible managed", **overrides)

@@ -1,0 +1,27 @@
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
+"""host_path and replica_rank_file: the roles read host paths from the code that owns them."""
+
+import pytest
+from ansible.errors import AnsibleFilterError
+from ansible_collections.vllm_fleet.fleet.plugins.filter.host_path import FilterModule
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils import record, replica_watch
+
+FILTERS = FilterModule().filters()
+
+
+def test_each_name_is_its_owners_constant():
+    assert FILTERS["host_path"]("record") == record.RECORD_FILE == (
+        "/etc/ansible/facts.d/vllm_fleet.fact")
+    assert FILTERS["host_path"]("rank_dir") == replica_watch.RANK_DIR == "/run/vllm-fleet/ranks"
+
+
+def test_an_unknown_name_is_refused_naming_the_known_ones():
+    with pytest.raises(AnsibleFilterError) as caught:
+        FILTERS["host_path"]("records")
+    assert str(caught.value) == "host_path: no host path named 'records'; known: rank_dir, record"
+
+
+def test_rank_file_is_replica_watchs():
+    assert FILTERS["replica_rank_file"]("tiny_gqa") == "/run/vllm-fleet/ranks/tiny_gqa.json"
+    assert FILTERS["replica_rank_file"]("tiny_gqa") == replica_watch.rank_file("tiny_gqa")
