@@ -7,6 +7,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.filters import mo
 
 # module_utils imported at a filter's first call (why: plugins/plugin_utils/filters.py).
 DECISIONS = ("switch_stops_model", "batch_leaving", "replica_hosts", "ephemeral_cover",
+             "firewall_plans",
              "replica_members", "replica_scope", "replica_action", "replica_refusals",
              "replica_failures", "replica_blue_labels")
 

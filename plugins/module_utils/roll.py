@@ -4,7 +4,8 @@
 
 Which hosts of a fleet's batch leave the balancers (their switch stops the
 model they serve), the replica's hosts and their ephemeral port range (the
-inputs of its plan, module_utils/multinode.py), and the replica switch's
+inputs of its plan, module_utils/multinode.py) and the plans its firewall opens
+ports for, and the replica switch's
 decisions (roles/vllm_model/tasks/cutover_replica.yml): its hosts, each
 host's scope, the scope's action, what refuses the switch before anything
 changes, and what failed.
@@ -20,6 +21,7 @@ Standard library only.
 """
 
 import base64
+from collections.abc import Mapping
 
 # The switch plans (vllm_cutover's `action`) that keep the model serving throughout.
 IN_PLACE_ACTIONS = ("none", "record", "frontdoor")
@@ -96,6 +98,20 @@ def ephemeral_cover(reads):
         lows.append(int(parts[0]))
         highs.append(int(parts[1]))
     return [min(lows), max(highs)] if lows else list(DEFAULT_EPHEMERAL)
+
+
+def firewall_plans(green, active, model, host):
+    """The replica plans whose ports host `host` opens to their hosts (the vllm_service role's
+    firewall): green's (`green`, a replica_plan; None when the model is served by each host
+    alone), and the replica the host serves now (`active`, its record's active model) as a
+    plan of one member from its record - a rollback needs its ports open again - unless it
+    is green's model on its replica already."""
+    plans = [green] if green is not None else []
+    if isinstance(active, Mapping) and isinstance(active.get("replica"), Mapping) \
+            and not (green is not None and active.get("model") == model):
+        plans.append({"model": active.get("model"),
+                      "members": [dict(active["replica"], name=host)]})
+    return plans
 
 
 # -- the replica switch ----------------------------------------------------------------

@@ -114,8 +114,32 @@ REPLICA_WORLDS = {
     "a host whose plan failed, with no replica group":
         world(REPLICA, "e", vllm_fleet_replica_group="", __vllm_model_replica_scope=[]),
 }
+# The firewall's plans: green's when it spans nodes, and the replica the host serves now
+# unless it is green's model (ansible_local is the record).
+GREEN_PLAN = {"model": "big", "members": [{"name": "a", "role": "head"}]}
+BLUE_REPLICA = {"group": "old_replica", "role": "worker", "node_rank": 1, "peers": ["10.0.0.1"]}
+FIREWALL = {"hostvars": {"a": {}}, "vllm_model_name": "big",
+            "__vllm_model_replica_plan": GREEN_PLAN}
+FIREWALL_WORLDS = {
+    "a single-host model on a host that served nothing":
+        world(FIREWALL, "a", __vllm_model_multinode=False),
+    "a single-host model on a replica's rank":
+        world(FIREWALL, "a", __vllm_model_multinode=False,
+              ansible_local={"vllm_fleet": {"active": {"model": "old", "replica": BLUE_REPLICA}}}),
+    "a replica on a rank of another replica":
+        world(FIREWALL, "a", __vllm_model_multinode=True,
+              ansible_local={"vllm_fleet": {"active": {"model": "old", "replica": BLUE_REPLICA}}}),
+    "a replica on a rank of itself":
+        world(FIREWALL, "a", __vllm_model_multinode=True,
+              ansible_local={"vllm_fleet": {"active": {"model": "big", "replica": BLUE_REPLICA}}}),
+    "a replica on a host serving alone":
+        world(FIREWALL, "a", __vllm_model_multinode=True,
+              ansible_local={"vllm_fleet": {"active": {"model": "old", "replica": None}}}),
+}
+FIREWALL_DECISIONS = ["vllm_service_replica_plans"]
 CASES = [(case, facts, name) for worlds, names in ((ROLL_WORLDS, ROLL_DECISIONS),
-                                                   (REPLICA_WORLDS, REPLICA_DECISIONS))
+                                                   (REPLICA_WORLDS, REPLICA_DECISIONS),
+                                                   (FIREWALL_WORLDS, FIREWALL_DECISIONS))
          for case, facts in worlds.items() for name in names]
 
 
@@ -136,6 +160,6 @@ def test_before_the_scope_is_fixed_failures_look_at_the_host_itself():
 
 
 def test_vars_main_holds_each_decision_as_a_filter_call():
-    for name in ROLL_DECISIONS + REPLICA_DECISIONS:
+    for name in ROLL_DECISIONS + REPLICA_DECISIONS + FIREWALL_DECISIONS:
         assert "{%" not in NEW[name], name
         assert "vllm_fleet.fleet." in NEW[name] or name == "__vllm_model_replica_failed", name

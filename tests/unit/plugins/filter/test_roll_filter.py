@@ -36,7 +36,7 @@ HOSTVARS = HostVars({"a": {"__vllm_model_switch_plan": {"action": "switch"}, "ip
 
 def test_filter_names():
     assert sorted(FILTERS) == [
-        "batch_leaving", "ephemeral_cover", "host_facts", "replica_action",
+        "batch_leaving", "ephemeral_cover", "firewall_plans", "host_facts", "replica_action",
         "replica_blue_labels", "replica_failures", "replica_hosts", "replica_members",
         "replica_refusals", "replica_scope", "switch_stops_model"]
 

@@ -48,6 +48,17 @@ def test_ephemeral_cover_spans_every_hosts_range_and_the_default_where_unread():
         roll.ephemeral_cover({"a": read("40000")})
 
 
+def test_firewall_plans_are_greens_and_the_replica_served_now():
+    green = {"model": "big", "members": [{"name": "a"}]}
+    serving = {"model": "old", "replica": {"group": "old_replica", "role": "worker"}}
+    assert roll.firewall_plans(green, serving, "big", "a") == [
+        green, {"model": "old", "members": [{"group": "old_replica", "role": "worker",
+                                             "name": "a"}]}]
+    assert roll.firewall_plans(green, dict(serving, model="big"), "big", "a") == [green]
+    assert roll.firewall_plans(None, {"model": "old", "replica": None}, "small", "a") == []
+    assert roll.firewall_plans(None, None, "small", "a") == []
+
+
 def test_members_are_the_hosts_whose_plan_ran():
     parts = {"a": part("switch"), "b": {"failed": True, "msg": "no record"}, "c": None,
              "d": part("none")}
