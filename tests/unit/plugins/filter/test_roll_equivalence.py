@@ -144,7 +144,7 @@ CASES = [(case, facts, name) for worlds, names in ((ROLL_WORLDS, ROLL_DECISIONS)
 
 
 @pytest.mark.parametrize(("case", "facts", "name"), CASES,
-                         ids=[f"{case}: {name}" for case, _, name in CASES])
+                         ids=[f"{case}: {name}" for case, _facts, name in CASES])
 def test_filter_gives_what_the_old_jinja_gave(case, facts, name):
     assert render(NEW, name, facts) == render(OLD, name, facts), case
 
