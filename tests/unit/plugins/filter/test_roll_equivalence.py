@@ -35,6 +35,9 @@ def render(source, name, world):
     variables = {key: trust_as_template(value) if isinstance(value, str) else value
                  for key, value in source.items()}
     templar = Templar(loader=DataLoader(), variables={**variables, **own, **world})
+    # pytest imports the collection from collections/ on sys.path, without Ansible's collection
+    # loader: the filters are handed to this Templar's Jinja environment by their FQCN
+    # (Templar.environment is deprecated in 2.19; its engine's is the same object).
     for filter_name, function in FilterModule().filters().items():
         templar._engine.environment.filters[f"vllm_fleet.fleet.{filter_name}"] = function
     return templar.template(trust_as_template("{{ %s }}" % name))
