@@ -5,8 +5,9 @@
 # install them all with `ansible-galaxy collection install --offline` into a
 # folder outside the checkout, and run the plan by FQCN from another folder
 # outside it, with that install as the only collections path. Passes when the
-# plan prints the table docs/plan-example.txt shows. Run by `make test`
-# (make collection-test).
+# tarball leaves the lab out, every collection its YAML calls is declared, an
+# install without the dependencies is refused, and the plan prints the table
+# docs/plan-example.txt shows. Run by `make test` (make collection-test).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -47,7 +48,7 @@ done
 step "build the dependencies from .cache/collections"
 mapfile -t deps < <("$py" -c '
 import sys, yaml
-print("\n".join(yaml.safe_load(open(sys.argv[1]))["dependencies"]))' "$root/galaxy.yml")
+for name in yaml.safe_load(open(sys.argv[1]))["dependencies"] or {}: print(name)' "$root/galaxy.yml")
 [ "${#deps[@]}" -gt 0 ] || { echo "FAIL: galaxy.yml declares no dependencies" >&2; exit 1; }
 for dep in "${deps[@]}"; do
   src=$root/.cache/collections/ansible_collections/${dep/.//}
@@ -73,6 +74,24 @@ echo "refused, naming ${deps[0]}"
 
 step "install offline into $work/installed"
 ansible-galaxy collection install --offline -p "$work/installed" "$work"/dist/*.tar.gz
+
+# Every collection the installed YAML calls (a module key, a filter, a
+# lookup) is ansible.builtin, this collection, or one galaxy.yml declares.
+step "collections the installed playbooks and roles call"
+"$py" - "$work/installed/ansible_collections/vllm_fleet/fleet" "${deps[@]}" <<'PY'
+import pathlib, re, sys
+top, declared = pathlib.Path(sys.argv[1]), {"ansible.builtin", "vllm_fleet.fleet", *sys.argv[2:]}
+call = re.compile(r"^\s*-?\s*([a-z]\w*\.[a-z]\w*)\.\w+:|\|\s*([a-z]\w*\.[a-z]\w*)\.\w+"
+                  r"|(?:lookup|query)\(\s*['\"]([a-z]\w*\.[a-z]\w*)\.\w+", re.M)
+used = {}
+for path in sorted(top.rglob("*.yml")):
+    for match in call.finditer(path.read_text()):
+        used.setdefault(next(g for g in match.groups() if g), []).append(str(path.relative_to(top)))
+missing = {name: sorted(set(files)) for name, files in used.items() if name not in declared}
+if missing:
+    sys.exit(f"FAIL: called but not in galaxy.yml's dependencies: {missing}")
+print("called:", ", ".join(f"{name} ({len(files)} calls)" for name, files in sorted(used.items())))
+PY
 
 step "ansible-playbook vllm_fleet.fleet.plan, from $work/run"
 cat >"$work/run/inventory.yml" <<'YAML'
