@@ -351,6 +351,25 @@ def print_table(rows):
         print("  ".join(str(cell).rjust(w) for cell, w in zip(row, widths, strict=True)))
 
 
+def add_target_args(parser):
+    """--check and --speed, as bench/cutover.py and bench/fleet.py take them."""
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 when a correctness target is missed")
+    parser.add_argument("--speed", action="store_true",
+                        help="a missed speed target is MISSED too (make bench; never make test)")
+
+
+def report_speed(targets, speed):
+    """Print each speed target [(target, figure, met)]; the missed ones as problems when
+    `speed` (make bench), else none: a speed figure never fails make test."""
+    missed = []
+    for target, figure, met in targets:
+        print(f"speed target {target}: {figure} - {'met' if met else 'missed'}")
+        if not met:
+            missed.append(f"speed: {target}, got {figure}")
+    return missed if speed else []
+
+
 def frontdoor_latency(args):
     """Print the front door's added latency against green's own port; its speed target."""
     load = Load(args.frontdoor, model=args.alias)
@@ -387,10 +406,7 @@ def main():
                         help="speed target: requests the parallel legs carry together")
     parser.add_argument("--max-added-ms", type=float, default=5.0,
                         help="speed target: the front door's added p50 latency (with --direct)")
-    parser.add_argument("--check", action="store_true",
-                        help="exit 1 when a correctness target is missed")
-    parser.add_argument("--speed", action="store_true",
-                        help="a missed speed target is MISSED too (make bench; never make test)")
+    add_target_args(parser)
     parser.add_argument("--api-key", default=os.environ.get("VLLM_FLEET_API_KEY", ""),
                         help="the front door's key (default: $VLLM_FLEET_API_KEY; none: open)")
     args = parser.parse_args()
@@ -415,13 +431,7 @@ def main():
     targets = speed_targets(rows, args.min_requests)
     if args.direct:
         targets.append(frontdoor_latency(args))
-    slow = []
-    for target, figure, met in targets:
-        print(f"speed target {target}: {figure} - {'met' if met else 'missed'}")
-        if not met:
-            slow.append(f"speed: {target}, got {figure}")
-    if args.speed:
-        problems.extend(slow)
+    problems.extend(report_speed(targets, args.speed))
     for p in problems:
         print("MISSED:", p)
     return 1 if (args.check and problems) else 0

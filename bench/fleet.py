@@ -326,10 +326,7 @@ def main():
     parser.add_argument("--latency-requests", type=int, default=200)
     parser.add_argument("--min-requests", type=int, default=500)
     parser.add_argument("--json", help="also write the figures here")
-    parser.add_argument("--check", action="store_true",
-                        help="exit 1 when a correctness target is missed")
-    parser.add_argument("--speed", action="store_true",
-                        help="a missed speed target is MISSED too (make bench; never make test)")
+    cutover.add_target_args(parser)
     parser.add_argument("--api-key", default=os.environ.get("VLLM_FLEET_API_KEY", ""),
                         help="the balancer's key (default: $VLLM_FLEET_API_KEY; none: open)")
     args = parser.parse_args()
@@ -364,10 +361,7 @@ def main():
         print(f"latency over {args.latency_requests} requests (max_tokens 1): direct p50 "
               f"{d50:.1f} ms p99 {d99:.1f} ms; balancer p50 {b50:.1f} ms p99 {b99:.1f} ms; "
               f"added p50 {b50 - d50:+.1f} ms p99 {b99 - d99:+.1f} ms")
-    for target, figure, met in speed_targets(row, args.min_requests):
-        print(f"speed target {target}: {figure} - {'met' if met else 'missed'}")
-        if args.speed and not met:
-            problems.append(f"speed: {target}, got {figure}")
+    problems.extend(cutover.report_speed(speed_targets(row, args.min_requests), args.speed))
     if args.json:
         Path(args.json).write_text(json.dumps(row, indent=2) + "\n", encoding="utf-8")
     for p in problems:

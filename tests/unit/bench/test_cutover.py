@@ -238,3 +238,11 @@ def test_speed_targets_are_the_ratio_and_the_parallel_legs_load():
         ("sequential -> tiny_mla: window / time-to-healthy <= 1.05", 1.05, True)]
     # a switch that failed has no ratio to judge (its failure is a correctness miss)
     assert cutover.speed_targets([leg(rc=2, ratio=None)], 500) == []
+
+
+def test_report_speed_prints_every_target_and_fails_only_when_asked(capsys):
+    targets = [("ratio <= 1.05", 1.068, False), ("requests >= 500", 550, True)]
+    assert cutover.report_speed(targets, speed=False) == []
+    assert cutover.report_speed(targets, speed=True) == ["speed: ratio <= 1.05, got 1.068"]
+    assert capsys.readouterr().out.splitlines() == [
+        "speed target ratio <= 1.05: 1.068 - missed", "speed target requests >= 500: 550 - met"] * 2
