@@ -294,12 +294,17 @@ def main(argv=None):
         out_dir.mkdir(parents=True, exist_ok=True)
         text = markdown(current, baseline, why)
         (out_dir / "report.md").write_text(text)
-        plot(current, baseline, out_dir / "report.png")
+        try:
+            plot(current, baseline, out_dir / "report.png")
+            wrote = f"{out_dir / 'report.md'} and {out_dir / 'report.png'}"
+        except ImportError as exc:  # the table is the report; the PNG needs matplotlib
+            wrote = (f"{out_dir / 'report.md'} (no report.png: {exc.name or exc} is not "
+                     "installed in this Python; pip install matplotlib)")
     except ReportError as exc:
         print(f"report.py: {exc}", file=sys.stderr)
         return 1
     print(text, end="")
-    print(f"\nWrote {out_dir / 'report.md'} and {out_dir / 'report.png'}")
+    print(f"\nWrote {wrote}")
     return 0
 
 

@@ -213,3 +213,17 @@ def test_a_folder_without_results_fails_with_a_message(tmp_path):
     assert done.returncode == 1
     assert "no vllm bench serve results" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_without_matplotlib_the_table_is_written_and_the_missing_png_said(tmp_path, monkeypatch,
+                                                                          capsys):
+    """An installed collection's controller may lack matplotlib: the report is its table."""
+    root = _results(tmp_path, MLA_RUN)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    assert report.main([str(root / MLA_RUN)]) == 0
+    out = capsys.readouterr().out
+    assert (root / MLA_RUN / "report.md").exists()
+    assert not (root / MLA_RUN / "report.png").exists()
+    assert out.rstrip().endswith(
+        f"Wrote {root / MLA_RUN / 'report.md'} (no report.png: matplotlib is not installed in "
+        "this Python; pip install matplotlib)")
