@@ -296,6 +296,26 @@ def test_bytes_a_client_has_read_are_counted_when_it_asks(hub, monkeypatch):
     assert hub.stats()["bytes_sent"] == {"org/small/model-00001-of-00002.safetensors": 100}
 
 
+def test_a_get_is_counted_before_its_client_can_read_the_headers(hub, monkeypatch):
+    # The request counter once ran after the headers went out: a client that refused
+    # them (a Content-Length past the listed size) and asked /_stats at once could find
+    # no request (test_more_bytes_than_the_hub_lists... failed so, 1 in ~25 on busy
+    # cores). A slow counter shows that order every time.
+    slow_count = hub.server.faults.count_request
+
+    def count_slowly(key, rng):
+        time.sleep(0.3)
+        slow_count(key, rng)
+
+    monkeypatch.setattr(hub.server.faults, "count_request", count_slowly)
+    url = hub.url + "/org/small/resolve/main/model-00001-of-00002.safetensors"
+    with urllib.request.urlopen(urllib.request.Request(url), timeout=10) as resp:
+        status = resp.status  # the headers only; the body is left unread
+        stats = hub.stats()
+    assert status == 200
+    assert stats["requests"] == {"org/small/model-00001-of-00002.safetensors": 1}
+
+
 def test_range_requests_and_byte_counter(hub):
     url = hub.url + "/org/small/resolve/main/model-00001-of-00002.safetensors"
     full = (hub.root / "org/small/model-00001-of-00002.safetensors").read_bytes()
