@@ -140,6 +140,9 @@ def main():
     tth = cutover.get("time_to_healthy_s")
     print(f"  time-to-healthy of {args.model}: "
           + (f"{tth:.1f} s" if tth is not None else "n/a (model was already active)"))
+    print(f"speed target no-op re-run <= {RATIO_BUDGET} of the first run and <= "
+          f"{NOOP_BUDGET_S:.0f} s, 0 changed: {ratio:.3f}, {second_wall:.1f} s, {changed} changed"
+          f" - {'met' if ok else 'missed'}")
     return 0 if ok else 1
 
 
