@@ -364,26 +364,55 @@ def parse_metrics(text, names=("vllm:num_requests_running", "vllm:num_requests_w
     return totals
 
 
-def drain(base_url, timeout_s, request=urllib_request, clock=time.monotonic, sleep=time.sleep,
-          interval_s=0.2):
-    """Wait until the server has no running or waiting requests (vLLM's /metrics).
+def server_load(text):
+    """vLLM's /load answer ({"server_load": N}) as an int, or None when it is not that."""
+    try:
+        value = json.loads(text).get("server_load")
+    except (ValueError, AttributeError):
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return int(value)
 
-    Returns a dict: drained (bool), seconds, running, waiting. A server that no
-    longer answers counts as drained (nothing can be in flight on it).
+
+def drain(base_url, timeout_s, request=urllib_request, clock=time.monotonic, sleep=time.sleep,
+          interval_s=0.2, quiet_reads=2):
+    """Wait until the server has nothing in flight.
+
+    In flight is what vLLM's /load counts (a request from its handler's entry to
+    the last byte of its response, a stream's tail included; the unit runs
+    `vllm serve --enable-server-load-tracking`) and the engine's running and
+    waiting gauges from /metrics. The engine's gauges alone reach 0 while a
+    finished request's stream is still being written: a stop then cuts it
+    (found in CI: a streamed completion ended after 1131 bytes). A server
+    without /load is read by its gauges alone. Drained after `quiet_reads`
+    reads in a row with nothing in flight, `interval_s` apart, so that a
+    request the front door passed just before its hold has reached vLLM's
+    handler. A server that no longer answers counts as drained (nothing can
+    be in flight on it).
+
+    Returns a dict: drained (bool), seconds, running, waiting, in_flight (/load's
+    count, None when the server has no /load).
     """
+    base = base_url.rstrip("/")
     start = clock()
+    quiet = 0
     while True:
-        res = request("GET", base_url.rstrip("/") + "/metrics", timeout=5.0)
+        load = request("GET", base + "/load", timeout=5.0)
+        in_flight = server_load(load.body) if load.status == HTTP_OK else None
+        res = request("GET", base + "/metrics", timeout=5.0)
         if res.status != HTTP_OK:
             return {"drained": True, "seconds": round(clock() - start, 3), "running": 0,
-                    "waiting": 0, "note": f"/metrics answered {res.status or res.error}"}
+                    "waiting": 0, "in_flight": 0,
+                    "note": f"/metrics answered {res.status or res.error}"}
         totals = parse_metrics(res.body)
         running = int(totals["vllm:num_requests_running"])
         waiting = int(totals["vllm:num_requests_waiting"])
-        if running == 0 and waiting == 0:
-            return {"drained": True, "seconds": round(clock() - start, 3), "running": 0,
-                    "waiting": 0}
+        outcome = {"drained": False, "seconds": round(clock() - start, 3), "running": running,
+                   "waiting": waiting, "in_flight": in_flight}
+        quiet = quiet + 1 if running == 0 and waiting == 0 and not in_flight else 0
+        if quiet >= quiet_reads:
+            return dict(outcome, drained=True)
         if clock() - start >= timeout_s:
-            return {"drained": False, "seconds": round(clock() - start, 3), "running": running,
-                    "waiting": waiting}
+            return outcome
         sleep(interval_s)

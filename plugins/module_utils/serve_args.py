@@ -48,7 +48,10 @@ _GPU_INDEX = re.compile(r"[0-9]+")
 # /proc/devices (a glob is allowed there: char-nvidia*), then the access.
 _DEVICE_SPEC = re.compile(r"(/dev/[^\s\"'\\*?\[]+|(char|block)-[A-Za-z0-9_.+*-]+)( [rwm]{1,3})?")
 NVIDIA_CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
-RESERVED_OPTIONS = ("host", "port", "served_model_name", "model")
+RESERVED_OPTIONS = ("host", "port", "served_model_name", "model", "enable_server_load_tracking")
+# Always on: vLLM's /load then counts each request until the last byte of its
+# response, which is what a drain before a stop waits for (frontdoor.drain()).
+LOAD_TRACKING = "--enable-server-load-tracking"
 # How check_unit_inputs() checks the vllm_service role's values (others: one line of text).
 ROLE_VALUE_KINDS = {
     "vllm_service_vllm_bin": "path",
@@ -167,6 +170,7 @@ def vllm_serve_argv(vllm_bin, model_dir, served_model_name, port, options=None,
             f"{context}: serve options must not set "
             + ", ".join(clash)
             + ": the catalog entry's port and served_model_name fields own them"
+            " (and the unit always sets " + LOAD_TRACKING + ")"
         )
     if not isinstance(port, int) or isinstance(port, bool) or not 0 < port <= MAX_PORT:
         raise ValueError(f"{context}: port must be an integer 1-65535, got {port!r}")
@@ -179,6 +183,7 @@ def vllm_serve_argv(vllm_bin, model_dir, served_model_name, port, options=None,
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{context}: {exc}") from None
     fields.extend(("vllm_service_model_alias", [alias]) for alias in names[1:])
+    fields.append(("drain", [LOAD_TRACKING]))
     for key, value in options.items():
         try:
             flag = option_flag(key)

@@ -112,7 +112,12 @@ options:
     type: int
     default: 1073741824
   drain_timeout:
-    description: Seconds to wait for blue's running and waiting requests (vLLM's C(/metrics)) to reach 0 before it is stopped.
+    description:
+      - Seconds to wait for blue's requests in flight to end before it is stopped - vLLM's C(/load)
+        (each request until the last byte of its response, a stream's tail included; the unit
+        runs C(vllm serve --enable-server-load-tracking)) and its running and waiting requests
+        (C(/metrics)), all 0 on two reads 0.2 s apart.
+      - A vLLM without C(/load) is read by C(/metrics) alone.
     type: float
     default: 60
   frontdoor:
@@ -314,7 +319,9 @@ downtime_s:
   returned: when a switch ran
   type: float
 blue_drain:
-  description: How blue's drain went (drained, seconds, running, waiting).
+  description:
+    - How blue's drain went - drained (bool), seconds, running and waiting (C(/metrics)) and
+      in_flight (C(/load)'s server_load; null when blue has no C(/load)) at the last read.
   returned: when blue was drained
   type: dict
 blue_released_early:

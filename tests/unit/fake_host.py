@@ -79,6 +79,11 @@ class FakeUnit:
         self.port = port or (int(url.rsplit(":", 1)[1].split("/")[0]) if url else None)
         # requests in flight: the fake time each one finishes; beyond max_running they wait
         self.inflight = []
+        # streams the engine has finished that are still being written to their clients:
+        # the fake time each one's last byte is sent (vLLM's /load counts them, the
+        # engine's gauges do not)
+        self.tails = []
+        self.load_route = True  # False: a vLLM without /load (404)
         self.engines = engines
         self.max_running = max_running
         self.worker_pids = list(worker_pids)  # vLLM's worker processes, in the unit's cgroup
@@ -121,6 +126,10 @@ class FakeUnit:
         pending = sum(1 for done in self.inflight if done > now)
         running = min(pending, self.max_running)
         return running, pending - running
+
+    def server_load(self, now):
+        """/load's server_load at fake time `now`: requests in the engine and stream tails."""
+        return sum(1 for done in self.inflight + self.tails if done > now)
 
     def metrics(self, now):
         """/metrics as vLLM's prometheus_client exposition writes it: one sample per engine."""
@@ -368,7 +377,7 @@ class FakeHost:
                     None)
         return self.answer(unit, method, url[len(unit.url):] if unit else "", payload)
 
-    def answer(self, unit, method, path, payload=None):  # noqa: PLR0911 - one per route
+    def answer(self, unit, method, path, payload=None):  # noqa: PLR0911, C901 - one per route
         """What `unit`'s server answers to `method path`."""
         if (unit is None or unit.active_state != "active" or unit.behaviour in (HANG, RESTART_LOOP)
                 or self.now < unit.started_at + unit.warmup_s):
@@ -377,6 +386,10 @@ class FakeHost:
             running, waiting = unit.load(self.now)
             self.timeline.append(f"metrics {unit.name}: running={running} waiting={waiting}")
             return HttpResult(200, unit.metrics(self.now))
+        if path == "/load":
+            if not unit.load_route:
+                return HttpResult(404, json.dumps({"detail": "Not Found"}))
+            return HttpResult(200, json.dumps({"server_load": unit.server_load(self.now)}))
         if path == "/health":
             return HttpResult(200, "")
         if path == "/v1/models":

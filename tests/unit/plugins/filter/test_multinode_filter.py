@@ -29,7 +29,8 @@ def test_plan_node_and_argv_chain():
     argv = SERVE_ARGV(ENTRY, VLLM, "/m", model="tiny_gqa", node=worker)
     # The replica's arguments follow the serve options; extra_args stay last.
     assert argv == [VLLM, "serve", "/m", "--host", "127.0.0.1", "--port", "8001",
-                    "--served-model-name", "tiny-gqa", "--tensor-parallel-size", "2",
+                    "--served-model-name", "tiny-gqa", "--enable-server-load-tracking",
+                    "--tensor-parallel-size", "2",
                     "--enforce-eager", "--nnodes", "2", "--node-rank", "1", "--master-addr",
                     "172.31.250.11", "--master-port", "29501", "--headless", "--seed", "0"]
     firewall = FILTERS["replica_firewall"](plan, "lab2")

@@ -23,12 +23,14 @@ def test_entry_to_argv_to_exec_line():
              "extra_args": ["--seed", 0]}
     argv = FILTERS["vllm_serve_argv"](entry, VLLM, "/srv/models/lab/tiny-gqa")
     assert argv == [VLLM, "serve", "/srv/models/lab/tiny-gqa", "--host", "127.0.0.1",
-                    "--port", "8001", "--served-model-name", "tiny-gqa", "--dtype", "float32",
+                    "--port", "8001", "--served-model-name", "tiny-gqa",
+                    "--enable-server-load-tracking", "--dtype", "float32",
                     "--max-model-len", "2048", "--enforce-eager",
                     "--override-generation-config", '{"temperature":0}', "--seed", "0"]
     assert FILTERS["systemd_exec_line"](argv) == (
         f"{VLLM} serve /srv/models/lab/tiny-gqa --host 127.0.0.1 --port 8001"
-        " --served-model-name tiny-gqa --dtype float32 --max-model-len 2048 --enforce-eager"
+        " --served-model-name tiny-gqa --enable-server-load-tracking"
+        " --dtype float32 --max-model-len 2048 --enforce-eager"
         ' --override-generation-config "{\\"temperature\\":0}" --seed 0')
 
 
@@ -37,7 +39,7 @@ def test_port_given_as_text_and_missing_serve_and_host_keyword():
     entry = {"served_model_name": "m", "port": "8101", "serve": None, "extra_args": None}
     argv = FILTERS["vllm_serve_argv"](entry, VLLM, "/m", host="0.0.0.0")  # noqa: S104
     assert argv == [VLLM, "serve", "/m", "--host", "0.0.0.0", "--port", "8101",  # noqa: S104
-                    "--served-model-name", "m"]
+                    "--served-model-name", "m", "--enable-server-load-tracking"]
 
 
 @pytest.mark.parametrize(("entry", "message"), [

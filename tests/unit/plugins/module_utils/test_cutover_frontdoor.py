@@ -235,11 +235,13 @@ def test_sequential_closes_the_front_door_drains_stops_then_opens_it_on_green(tm
     # downtime is the time between the two front door switches
     (closed, none), (opened, to) = world.nginx.switches
     assert (none, to) == (None, port)
-    assert result["downtime_s"] == round(opened - closed, 2) == 7.02
-    assert result["blue_drain"] == {"drained": True, "seconds": 1.0, "running": 0, "waiting": 0}
+    # the drain's 1.0 s until nothing was in flight, and its second quiet read 0.2 s later
+    assert result["downtime_s"] == round(opened - closed, 2) == 7.22
+    assert result["blue_drain"] == {"drained": True, "seconds": 1.2, "running": 0, "waiting": 0,
+                                    "in_flight": 0}
     assert result["time_to_healthy_s"] == 6.0
     assert result["blue_released_early"] is True
-    assert result["phases"] == {"preflight": 0.0, "frontdoor": 0.0, "drain_blue": 1.0,
+    assert result["phases"] == {"preflight": 0.0, "frontdoor": 0.0, "drain_blue": 1.2,
                                 "stop_blue": 0.02, "start_green": 6.0}
     assert world.b.active_state == "inactive"
     assert (result["strategy"], result["active_after"], result["rolled_back"]) == (
@@ -277,9 +279,9 @@ def test_sequential_with_a_hold_file_reloads_nginx_once_and_not_inside_the_outag
         f"enable {G}", f"stop {B}", f"disable {B}",
     ]
     assert seen["while_green_starts"] == (503, True)
-    assert world.nginx.switches == [(0.02, port)]  # staged before green started
+    assert world.nginx.switches == [(0.22, port)]  # staged before green started
     assert not world.hold_file.exists()
-    assert result["downtime_s"] == 6.02
+    assert result["downtime_s"] == 6.22
     assert result["time_to_healthy_s"] == 6.0
     res = world.host.request("GET", FD_URL + "/v1/models")
     assert res.status == 200
@@ -443,7 +445,7 @@ def test_sequential_drain_timeout_still_stops_blue_and_reports_the_counts(tmp_pa
     world.b.inflight = [500.0, 500.0]
     result = world.run(drain_timeout=1.0)
     assert result["blue_drain"] == {"drained": False, "seconds": 1.0, "running": 2,
-                                    "waiting": 0}
+                                    "waiting": 0, "in_flight": 2}
     assert world.b.active_state == "inactive"
     assert result["downtime_s"] == 1.0
 
@@ -467,7 +469,8 @@ def test_parallel_switches_the_front_door_then_drains_and_stops_blue(tmp_path, p
     assert world.metrics() == [4, 3, 2, 0]
     assert world.nginx.switches == [(4.0, port)]  # never pointed at nothing
     assert result["downtime_s"] == 0.0
-    assert result["blue_drain"] == {"drained": True, "seconds": 1.2, "running": 0, "waiting": 0}
+    assert result["blue_drain"] == {"drained": True, "seconds": 1.4, "running": 0, "waiting": 0,
+                                    "in_flight": 0}
     assert world.b.active_state == "inactive"
 
 
@@ -505,8 +508,8 @@ def test_sequential_rollback_points_the_front_door_back_at_blue_after_its_gate(t
         "nginx -t", f"reload nginx: {BLUE_PORT}",
     ]
     assert (exc.fields["rolled_back"], exc.fields["active_after"]) == (True, "blue")
-    assert exc.fields["downtime_s"] == 4.0
-    assert world.nginx.switches == [(0.0, None), (4.0, BLUE_PORT)]
+    assert exc.fields["downtime_s"] == 4.2  # the drain's two quiet reads, 0.2 s apart
+    assert world.nginx.switches == [(0.0, None), (4.2, BLUE_PORT)]
     assert world.file.read_text() == upstream_conf(BLUE_PORT, model="blue")
     assert world.state_file.read_bytes() == world.record_bytes
 

@@ -351,39 +351,82 @@ def blue_with(inflight, **kwargs):
     return host
 
 
-def test_drain_returns_once_running_and_waiting_reach_zero():
+def test_drain_returns_after_two_quiet_reads_once_running_and_waiting_reach_zero():
     host = blue_with([0.3, 0.5, 0.9, 0.9], max_running=3)
     outcome = drain(BLUE_URL + "/", 60.0, request=host.request, clock=host.clock,
                     sleep=host.sleep)
-    assert outcome == {"drained": True, "seconds": 1.0, "running": 0, "waiting": 0}
+    assert outcome == {"drained": True, "seconds": 1.2, "running": 0, "waiting": 0,
+                       "in_flight": 0}
     assert host.events() == ["metrics vllm-blue.service: running=3 waiting=1",
                              "metrics vllm-blue.service: running=3 waiting=0",
                              "metrics vllm-blue.service: running=2 waiting=0",
                              "metrics vllm-blue.service: running=0 waiting=0"]
-    assert host.sleeps == [0.2] * 5
-    assert set(host.http) == {("GET", BLUE_URL + "/metrics")}
+    assert host.sleeps == [0.2] * 6
+    assert host.http == [("GET", BLUE_URL + "/load"), ("GET", BLUE_URL + "/metrics")] * 7
+
+
+def test_drain_waits_for_a_streams_tail_after_the_engine_has_finished_it():
+    """CI, sequential leg of the cutover scenario (the run of 9e8d9b5): blue drained in
+    0.013 s with running=0 waiting=0, was stopped, and a streamed completion through the
+    front door ended after 1131 bytes (IncompleteRead). The engine's gauges drop a request
+    when it finishes; vLLM still writes its stream. /load counts it until the last byte."""
+    host = blue_with([])
+    host.units["vllm-blue.service"].tails = [0.5]
+    outcome = drain(BLUE_URL, 60.0, request=host.request, clock=host.clock, sleep=host.sleep)
+    assert outcome == {"drained": True, "seconds": 0.8, "running": 0, "waiting": 0,
+                       "in_flight": 0}
+    # by the gauges alone it was drained at 0.0 s
+    assert host.events() == ["metrics vllm-blue.service: running=0 waiting=0"]
+
+
+def test_drain_starts_its_quiet_reads_again_when_a_request_arrives_between_them():
+    """A request the front door passed just before its hold reaches vLLM a moment later."""
+    host = blue_with([])
+    unit = host.units["vllm-blue.service"]
+    reads = []
+
+    def request(method, url, payload=None, timeout=10.0):
+        if url.endswith("/load"):
+            reads.append(host.now)
+            if len(reads) == 2:  # it arrived after the first quiet read
+                unit.inflight.append(host.now + 0.5)
+        return host.request(method, url, payload, timeout)
+
+    outcome = drain(BLUE_URL, 60.0, request=request, clock=host.clock, sleep=host.sleep)
+    # in flight from 0.2 s to 0.7 s: quiet at 0.0 s, then at 0.8 s and 1.0 s
+    assert [round(t, 3) for t in reads] == [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
+    assert outcome == {"drained": True, "seconds": 1.0, "running": 0, "waiting": 0,
+                       "in_flight": 0}
+
+
+def test_drain_of_a_vllm_without_load_reads_the_gauges_alone():
+    host = blue_with([0.3])
+    host.units["vllm-blue.service"].load_route = False
+    assert drain(BLUE_URL, 60.0, request=host.request, clock=host.clock, sleep=host.sleep) == {
+        "drained": True, "seconds": 0.6, "running": 0, "waiting": 0, "in_flight": None}
 
 
 def test_drain_times_out_with_the_counts_left():
     host = blue_with([100.0] * 5, max_running=4)
     outcome = drain(BLUE_URL, 1.0, request=host.request, clock=host.clock, sleep=host.sleep,
                     interval_s=0.25)
-    assert outcome == {"drained": False, "seconds": 1.0, "running": 4, "waiting": 1}
+    assert outcome == {"drained": False, "seconds": 1.0, "running": 4, "waiting": 1,
+                       "in_flight": 5}
     assert host.sleeps == [0.25] * 4
 
 
-def test_drain_with_nothing_in_flight_returns_at_once():
+def test_drain_with_nothing_in_flight_returns_after_its_two_quiet_reads():
     host = blue_with([])
     assert drain(BLUE_URL, 60.0, request=host.request, clock=host.clock, sleep=host.sleep) == {
-        "drained": True, "seconds": 0.0, "running": 0, "waiting": 0}
-    assert host.sleeps == []
+        "drained": True, "seconds": 0.2, "running": 0, "waiting": 0, "in_flight": 0}
+    assert host.sleeps == [0.2]
 
 
 def test_drain_counts_a_dead_server_as_drained():
     host = blue_with([5.0, 6.0])
     host.run_command(["systemctl", "stop", "vllm-blue.service"])
     assert drain(BLUE_URL, 60.0, request=host.request, clock=host.clock, sleep=host.sleep) == {
-        "drained": True, "seconds": 0.0, "running": 0, "waiting": 0,
+        "drained": True, "seconds": 0.0, "running": 0, "waiting": 0, "in_flight": 0,
         "note": f"/metrics answered {CONN_REFUSED}"}
 
 
@@ -393,13 +436,13 @@ def test_drain_server_that_dies_while_draining():
 
     def request(method, url, payload=None, timeout=10.0):
         calls.append(url)
-        if len(calls) == 3:
+        if len(calls) == 5:  # the third read's /load
             host.run_command(["systemctl", "stop", "vllm-blue.service"])
         return host.request(method, url, payload, timeout)
 
     outcome = drain(BLUE_URL, 60.0, request=request, clock=host.clock, sleep=host.sleep)
     assert outcome == {"drained": True, "seconds": 0.4, "running": 0, "waiting": 0,
-                       "note": f"/metrics answered {CONN_REFUSED}"}
+                       "in_flight": 0, "note": f"/metrics answered {CONN_REFUSED}"}
 
 
 # -- drain against real /metrics pages (tests/fixtures/vllm_metrics/SOURCE.md) --------------
@@ -410,7 +453,8 @@ STALLED = (VLLM_METRICS_DIR / "vllm-metal-479-stalled-excerpt.txt").read_text()
 
 
 class Scripted:
-    """/metrics answers in order (the last one repeats), on a clock that sleep() advances."""
+    """/metrics answers in order (the last one repeats), on a clock that sleep() advances;
+    /load answers 404 (a server read by its gauges alone) and is not recorded."""
 
     def __init__(self, *pages):
         self.pages = list(pages)
@@ -418,6 +462,8 @@ class Scripted:
         self.urls = []
 
     def request(self, method, url, payload=None, timeout=10.0):
+        if url.endswith("/load"):
+            return HttpResult(404, '{"detail":"Not Found"}')
         self.urls.append((method, url))
         page = self.pages.pop(0) if len(self.pages) > 1 else self.pages[0]
         return HttpResult(200, page)
@@ -445,15 +491,17 @@ def test_drain_waits_for_waiting_requests_while_none_is_running():
     server = Scripted(STALLED, STALLED, IDLE_0_32)
     outcome = drain(BLUE_URL, 60.0, request=server.request, clock=server.clock,
                     sleep=server.sleep)
-    assert outcome == {"drained": True, "seconds": 0.4, "running": 0, "waiting": 0}
-    assert server.urls == [("GET", BLUE_URL + "/metrics")] * 3
+    assert outcome == {"drained": True, "seconds": 0.6, "running": 0, "waiting": 0,
+                       "in_flight": None}
+    assert server.urls == [("GET", BLUE_URL + "/metrics")] * 4
 
 
 def test_drain_of_a_stalled_engine_times_out_with_its_waiting_requests():
     server = Scripted(STALLED)
     outcome = drain(BLUE_URL, 1.0, request=server.request, clock=server.clock,
                     sleep=server.sleep, interval_s=0.25)
-    assert outcome == {"drained": False, "seconds": 1.0, "running": 0, "waiting": 6}
+    assert outcome == {"drained": False, "seconds": 1.0, "running": 0, "waiting": 6,
+                       "in_flight": None}
     assert len(server.urls) == 5
 
 

@@ -70,7 +70,8 @@ def test_full_argv_puts_host_port_name_first_then_options_then_extra_args():
     argv = vllm_serve_argv("/opt/vllm/bin/vllm", "/srv/models/x", "tiny", 8001,
                            {"dtype": "float32"}, extra_args=["--seed", 7])
     assert argv == ["/opt/vllm/bin/vllm", "serve", "/srv/models/x", "--host", "127.0.0.1",
-                    "--port", "8001", "--served-model-name", "tiny", "--dtype", "float32",
+                    "--port", "8001", "--served-model-name", "tiny",
+                    "--enable-server-load-tracking", "--dtype", "float32",
                     "--seed", "7"]
 
 
@@ -79,7 +80,7 @@ def test_an_alias_is_a_second_served_model_name_after_the_models_own():
                            {"dtype": "float32"}, aliases=["default"])
     assert argv == ["/opt/vllm/bin/vllm", "serve", "/srv/models/x", "--host", "127.0.0.1",
                     "--port", "8001", "--served-model-name", "tiny-gqa", "default",
-                    "--dtype", "float32"]
+                    "--enable-server-load-tracking", "--dtype", "float32"]
 
 
 @pytest.mark.parametrize(("aliases", "names"), [
@@ -172,6 +173,7 @@ def test_golden_exec_start_for_the_catalogs_minimax_m25():
     assert systemd_exec_line(argv) == (
         "/opt/vllm/0.33.0-cuda/bin/vllm serve /srv/models/MiniMaxAI/MiniMax-M2.5"
         " --host 127.0.0.1 --port 8101 --served-model-name minimax-m2.5"
+        " --enable-server-load-tracking"
         " --tensor-parallel-size 8 --enable-expert-parallel --max-model-len 196608"
         " --gpu-memory-utilization 0.92 --kv-cache-dtype auto --trust-remote-code"
         " --enable-auto-tool-choice --tool-call-parser minimax_m2"

@@ -68,7 +68,7 @@ def test_head_unit_serves_the_api_with_rank_0(plan):
         "vLLM model server tiny_gqa (tiny-gqa on port 8001, head of 2 nodes)"]
     argv = exec_argv(service["Service.ExecStart"][0])
     assert argv == [VLLM, "serve", MODEL_DIR, "--host", "127.0.0.1", "--port", "8001",
-                    "--served-model-name", "tiny-gqa",
+                    "--served-model-name", "tiny-gqa", "--enable-server-load-tracking",
                     "--max-model-len", "512", "--enforce-eager", "--dtype", "bfloat16",
                     "--shutdown-timeout", "0", "--tensor-parallel-size", "2",
                     "--nnodes", "2", "--node-rank", "0", "--master-addr", "172.31.250.11",

@@ -146,7 +146,8 @@ def test_exec_start_splits_back_to_the_catalog_argv():
     entry = tiny_gqa_entry()
     argv = exec_argv(service(render_unit(entry), "ExecStart")[0])
     assert argv == [VLLM, "serve", MODEL_DIR, "--host", "127.0.0.1", "--port", "8001",
-                    "--served-model-name", "tiny-gqa", "--max-model-len", "512",
+                    "--served-model-name", "tiny-gqa", "--enable-server-load-tracking",
+                    "--max-model-len", "512",
                     "--enforce-eager", "--dtype", "bfloat16", "--shutdown-timeout", "0"]
 
 
@@ -157,7 +158,7 @@ def test_the_alias_follows_the_models_own_name_in_exec_start():
     assert verify_unit.compare(unit) == []
     argv = exec_argv(service(unit, "ExecStart")[0])
     assert argv[7:10] == ["--served-model-name", "tiny-gqa", "default"]
-    assert argv[10] == "--max-model-len"
+    assert argv[10:12] == ["--enable-server-load-tracking", "--max-model-len"]
     assert list(parsed(unit)) == list(parsed(render_unit(tiny_gqa_entry())))
 
 
