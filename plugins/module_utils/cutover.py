@@ -254,7 +254,7 @@ def probe_active(svc, smoke_prompt, request):
 
 class Cutover:
     """One switch to `green`, a dict with model, unit, url, port, served_model_name,
-    startup_timeout_s, startup_stall_s (seconds its journal may stay silent while it
+    startup_timeout_s, startup_stall_s (seconds its journal may show nothing new while it
     starts; 0 or absent: not checked) and gpus (+ the record's fields: repo, revision, ...).
 
     `gpu_processes` is what nvidia-smi says, read when the switch decides, not

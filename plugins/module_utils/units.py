@@ -16,6 +16,7 @@ start progress written for the controller both read it.
 import collections
 import json
 import os
+import re
 import socket
 import time
 
@@ -171,12 +172,35 @@ def unit_pids(unit, run_command, cgroup_root=None):
     return cgroup_procs(unit_cgroup(unit, run_command), cgroup_root) or set()
 
 
+# What changes in a log line that says the same thing again: clock times and dates
+# (vLLM's "05-28 14:44:28", ISO stamps, glog's "W1209 11:24:53.753104426"), process ids,
+# clients' ports, and a progress bar's elapsed/remaining times and rate. Counts stay: a bar
+# going from 22/85 to 23/85 is progress (tests/fixtures/vllm_logs/SOURCE.md), which masking
+# every digit would hide; vLLM's "No available shared memory broadcast block found in 60
+# seconds", printed every minute by a hung start, is the same line each time.
+_VOLATILE = re.compile(
+    r"\b\d{1,3}(?:\.\d{1,3}){3}:\d+"  # a client's address and port (an access log line)
+    r"|\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?"
+    r"|\b[IWEF]?\d{2}-?\d{2} \d{2}:\d{2}:\d{2}(?:[.,]\d+)?"
+    r"|\b\d+:\d{2}(?::\d{2})?(?:\.\d+)?"
+    r"|\bpid=\d+"
+    r"|(?:\d+(?:\.\d+)?|\?)\s*(?:s/it|it/s)")
+SHAPES_KEPT = 100000  # distinct lines remembered per start (a bound on memory)
+
+
+def line_shape(text):
+    """`text` with its times, dates, pids and rates masked: equal shapes say the same."""
+    return _VOLATILE.sub("~", text).strip()
+
+
 class JournalFollower:
     """Follows a starting unit's journal, one read per health probe.
 
-    Keeps the last `keep` lines and when the unit last printed one: an entry's own
-    monotonic time, clamped between the previous read and now (a new entry was written
-    in between), so a silence is measured from the line itself, not from when it was read.
+    Keeps the last `keep` lines and when the unit last made progress: printed a line
+    not shown before in this start (line_shape(): a repeated line with a new time stamp
+    is not progress), at that entry's own monotonic time, clamped between the previous
+    read and now (a new entry was written in between), so a silence is measured from the
+    line itself, not from when it was read. `repeats` counts the lines that were not new.
     """
 
     def __init__(self, systemd, unit, since_wall, clock, keep=40):
@@ -187,6 +211,8 @@ class JournalFollower:
         self.cursor = None
         self.lines = collections.deque(maxlen=max(1, keep))
         self.count = 0
+        self.repeats = 0
+        self.shapes = set()
         self.readable = True
         self.started = clock()
         self.last_progress = self.started
@@ -200,6 +226,12 @@ class JournalFollower:
         for text, stamp in entries:
             self.lines.append(text)
             self.count += 1
+            shape = line_shape(text)
+            if shape in self.shapes:
+                self.repeats += 1
+                continue
+            if len(self.shapes) < SHAPES_KEPT:
+                self.shapes.add(shape)
             seen = now if stamp is None else min(max(stamp, self.last_read), now)
             self.last_progress = max(self.last_progress, seen)
         self.last_read = now
@@ -210,12 +242,12 @@ class JournalFollower:
         return self.lines[-1] if self.lines else ""
 
     def silent_s(self):
-        """Seconds since the unit last printed a line (since the start, before its first)."""
+        """Seconds since the unit last printed a new line (since the start, before its first)."""
         return self.clock() - self.last_progress
 
 
 def stall_check(journal, stall_s, unit, tail=3):
-    """(False, why) once `journal` has been silent for `stall_s` seconds, else (True, "").
+    """(False, why) once `journal` has shown nothing new for `stall_s` seconds, else (True, "").
 
     0 or None turns the check off; so does a journal that cannot be read (a silence we
     cannot see is not one: the startup timeout still bounds the start).
@@ -226,9 +258,12 @@ def stall_check(journal, stall_s, unit, tail=3):
     if silent < stall_s:
         return True, ""
     last = list(journal.lines)[-tail:]
-    return False, (f"{unit} printed nothing for {silent:.1f} s while starting, wanted a new "
-                   f"journal line at least every {stall_s} s (startup_stall_s); its last "
-                   f"lines: " + (" | ".join(last) if last else "(none)"))
+    repeats = getattr(journal, "repeats", 0)
+    said = (f"printed nothing new for {silent:.1f} s ({repeats} lines it repeated)"
+            if repeats else f"printed nothing for {silent:.1f} s")
+    return False, (f"{unit} {said} while starting, wanted a new journal line at least every "
+                   f"{stall_s} s (startup_stall_s); its last lines: "
+                   + (" | ".join(last) if last else "(none)"))
 
 
 class StartProgress:

@@ -79,8 +79,10 @@ options:
     type: path
   startup_stall:
     description:
-      - Seconds green's journal may stay silent while it starts (no new line from the unit)
-        before its gate fails at stage C(stall), with its last journal lines, and the switch
+      - Seconds green's journal may show nothing new while it starts (no line from the unit that
+        it had not shown before in this start; a repeated line whose time stamps, pids or rates
+        alone differ is not new, so vLLM's "No available shared memory broadcast block found in
+        60 seconds" every minute is a stall) before its gate fails at stage C(stall), with its last journal lines, and the switch
         rolls back; O(startup_timeout) stays the outer bound. C(0) turns the check off.
       - The check runs at each health probe, so a stall is reported within this many seconds
         plus one O(health_interval) of the unit's last line. Set it above the longest silent

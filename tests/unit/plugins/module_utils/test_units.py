@@ -8,6 +8,7 @@ Switch-level tests (rollback after a stall) are in test_cutover.py.
 """
 
 import json
+import pathlib
 
 import pytest
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.units import (
@@ -16,6 +17,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.units import (
     Systemd,
     UnitGate,
     journal_text,
+    line_shape,
     stall_check,
 )
 
@@ -200,3 +202,69 @@ def test_stall_check_names_what_was_wanted_and_what_was_found():
 ])
 def test_journal_text_shows_what_a_terminal_showed_last(message, text):
     assert journal_text(message) == text
+
+
+# -- progress is a new line, not any line (tests/fixtures/vllm_logs/SOURCE.md) ----------------
+
+LOGS = pathlib.Path(__file__).resolve().parents[3] / "fixtures" / "vllm_logs"
+SHM_DP2 = (LOGS / "vllm-issue-44185-shm-broadcast-dp2.log").read_text().splitlines()
+SHM = (LOGS / "vllm-ascend-issue-3717-shm-broadcast.log").read_text().splitlines()
+SHARDS = (LOGS / "vllm-pr-38476-shard-load-30s.log").read_text().splitlines()
+
+
+def test_a_hung_start_repeating_vllms_shm_broadcast_line_is_one_line_each():
+    assert len({line_shape(line) for line in SHM}) == 1
+    assert len({line_shape(line) for line in SHM_DP2}) == 2  # one per data-parallel engine
+
+
+def test_each_shard_of_a_slow_load_is_a_new_line():
+    loading = [line for line in SHARDS if "checkpoint shards" in line]
+    assert len({line_shape(line) for line in loading}) == len(loading) == 8
+    assert line_shape(loading[0]) == ("Loading safetensors checkpoint shards:  26% Completed | "
+                                      "22/85 [~<~, ~]")
+
+
+@pytest.mark.parametrize(("line", "shape"), [
+    ('(APIServer pid=81599) INFO:     127.0.0.1:56038 - "GET /health HTTP/1.1" 200 OK',
+     '(APIServer ~) INFO:     ~ - "GET /health HTTP/1.1" 200 OK'),
+    ("[rank0]:[W1209 11:24:53.753104426 compiler_depend.ts:117] Warning: Driver Version:",
+     "[rank0]:[~ compiler_depend.ts:117] Warning: Driver Version:"),
+    ("2026-12-04T23:17:12.123+00:00 started", "~ started"),
+])
+def test_line_shape_masks_stamps_pids_and_client_ports(line, shape):
+    assert line_shape(line) == shape
+
+
+def timed(lines, every):
+    return [(float(index * every), line) for index, line in enumerate(lines)]
+
+
+@pytest.mark.parametrize("log", [SHM, SHM_DP2], ids=["one-engine", "two-engines"])
+def test_a_start_that_only_repeats_a_line_stalls_at_stall_s_plus_one_interval(log):
+    """vllm-ascend#3717 / vllm#44185: a hung start prints the shm_broadcast line every 60 s
+    and nothing else. Before, each line reset the silence and the start ran its whole
+    startup_timeout_s (here 600 s); now it fails at startup_stall_s (90 s) after its last
+    new line, at the next probe (interval 5 s)."""
+    host = FakeHost()
+    repeated = (log * 10)[:10]
+    # the loading lines by 5 s, then the repeated line every 60 s from 60 s on
+    host.unit(U, URL, "green-model", behaviour=HANG,
+              prints=LOADING + [(60.0 * (i + 1), line) for i, line in enumerate(repeated)])
+    outcome = start(host, stall_s=90, timeout_s=600, interval=5.0)
+    last_new = 60.0 * len(set(map(line_shape, log)))  # the last line not seen before
+    assert outcome["stage"] == "stall"
+    assert last_new + 90.0 <= outcome["seconds"] < last_new + 95.0
+    assert " printed nothing new for " in outcome["detail"]
+    assert "lines it repeated)" in outcome["detail"]
+
+
+def test_a_slow_load_printing_a_shard_every_30_s_is_not_a_stall():
+    """vllm#38476's load: a shard every ~30 s with a bare "(Worker_TP0 pid=1700) " line
+    between. With startup_stall_s 45 it is never stalled; masking every digit (the same
+    shape for each shard) would have stopped it at 45 s."""
+    host = FakeHost()
+    host.unit(U, URL, "green-model", behaviour=HANG, prints=timed(SHARDS, 15.0))
+    outcome = start(host, stall_s=45, timeout_s=200, interval=5.0)
+    # the last shard line is printed at 15 * 14 = 210 s > the 200 s timeout: no stall before
+    assert outcome["stage"] == "health"
+    assert outcome["seconds"] >= 200.0
