@@ -1087,7 +1087,8 @@ def _expert_intermediate(cfg):
 # ---------------------------------------------------------------------------
 
 
-def _layout_warnings(attention, opts, hw, cfg, quant):
+def _layout_warnings(attention, opts, hw, cfg, quant, refusals):
+    """Warnings about the layout; what vLLM refuses to start goes to `refusals`."""
     warnings = []
     tp = opts["tensor_parallel_size"]
     dp = opts["data_parallel_size"]
@@ -1112,17 +1113,19 @@ def _layout_warnings(attention, opts, hw, cfg, quant):
             "parallel or NVLink GPUs"
         )
     if attention["num_attention_heads"] % tp:
-        warnings.append(
+        refusals.append(
             f"tensor_parallel_size {tp} does not divide num_attention_heads "
             f"{attention['num_attention_heads']}: vLLM refuses this layout"
         )
     kvh = attention["num_kv_heads"]
     if not mla and kvh % tp and tp % kvh:
-        warnings.append(
+        # vLLM's QKVParallelLinear asserts tp % kv_heads == 0 (replicated) or
+        # kv_heads % tp == 0 (split).
+        refusals.append(
             f"tensor_parallel_size {tp} neither divides nor is a multiple of the "
-            f"{kvh} KV heads: vLLM cannot shard or replicate them evenly"
+            f"{kvh} KV heads: vLLM cannot shard or replicate them evenly and refuses this"
         )
-    warnings += _dcp_warnings(attention, opts)
+    refusals += _dcp_refusals(attention, opts)
     if opts["enable_expert_parallel"]:
         if not experts:
             warnings.append("enable_expert_parallel is set but config.json declares no experts")
@@ -1137,7 +1140,7 @@ def _layout_warnings(attention, opts, hw, cfg, quant):
         # vllm-project/recipes models/MiniMaxAI/MiniMax-M2.5.yaml (strategy_overrides):
         # "Pure TP=8 fails on the FP8 block-quantized gate_up weights:
         # intermediate_size / 8 = 192 is not divisible by block_n = 128."
-        warnings.append(
+        refusals.append(
             f"known to fail: FP8 block {block[0]} weights with tensor parallel {tp} and no "
             f"expert parallel: the expert width {inter} / {tp} = {inter // tp} is not a "
             f"multiple of {block[0]}, and vLLM refuses the split (vllm-project/recipes "
@@ -1146,7 +1149,8 @@ def _layout_warnings(attention, opts, hw, cfg, quant):
     return warnings
 
 
-def _dcp_warnings(attention, opts):
+def _dcp_refusals(attention, opts):
+    """Decode context parallel layouts vLLM refuses to start."""
     warnings = []
     tp = opts["tensor_parallel_size"]
     dcp = opts["decode_context_parallel_size"]
@@ -1237,6 +1241,8 @@ def _verdict(report):
     fits = report["fits"]
     gpus_needed = report["gpus_needed"]
     margin = report["margin_bytes_per_gpu"]
+    if report["refusals"]:
+        return "vLLM refuses this layout: " + "; ".join(report["refusals"])
     if fits:
         return (
             f"fits: {report['max_len_requests_at_once']} max-length request(s) at once, "
@@ -1280,12 +1286,15 @@ def _model_and_state_bytes(config, cfg, opts):
 def _all_warnings(context):
     attention, opts, hw, cfg, quant = (context[k] for k in ("attention", "opts", "hw", "cfg",
                                                             "quant"))
-    warnings = _layout_warnings(attention, opts, hw, cfg, quant)
+    refusals = context["refusals"]
+    warnings = _layout_warnings(attention, opts, hw, cfg, quant, refusals)
     warnings += _platform_warnings(quant, hw, opts, cfg, context["versions"])
     limit = context["position_limit"]
     if limit and opts["max_model_len"] > limit:
-        warnings.append(f"max_model_len {opts['max_model_len']} exceeds max_position_embeddings "
-                        f"{limit}")
+        # vLLM's ModelConfig refuses a max_model_len beyond the model's positions unless
+        # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 is set.
+        refusals.append(f"max_model_len {opts['max_model_len']} exceeds max_position_embeddings "
+                        f"{limit}: vLLM refuses it")
     if not quant["understood"]:
         warnings.append(f"quantization {quant['scheme']}: weight format not understood; the "
                         "weights are sized from weight_bytes only")
@@ -1346,8 +1355,10 @@ def model_fit(config, *, serve=None, gpu=None, weight_bytes=None, hf_quant_confi
     capacity = kv_capacity(layout, kv_budget, opts, vllm_version)
     one_request_bytes = layout["blocks_per_max_len_request"] * layout["pool_bytes_per_block"]
     margin = kv_budget - one_request_bytes
+    refusals = []
     warnings = _all_warnings({
         "attention": attention, "opts": opts, "hw": hw, "cfg": cfg, "quant": quant,
+        "refusals": refusals,
         "position_limit": position_limit, "revision": revision,
         "versions": {"vllm_version": vllm_version, "verified_vllm": verified_vllm,
                      "verified_sm120_vllm": verified_sm120_vllm, "min_vllm": min_vllm}})
@@ -1403,8 +1414,11 @@ def model_fit(config, *, serve=None, gpu=None, weight_bytes=None, hf_quant_confi
         "max_len_requests_at_once": capacity["num_blocks"]
         // layout["blocks_per_max_len_request"] * dp,
         "max_concurrency": round(capacity["max_concurrency"] * dp, 2),
-        # Enough GPUs and room for one max-length request; equal counts as enough.
-        "fits": gpus_needed <= hw["count"] and margin >= 0,
+        # Enough GPUs and room for one max-length request (equal counts as enough), in a
+        # layout vLLM starts.
+        "fits": gpus_needed <= hw["count"] and margin >= 0 and not refusals,
+        # What vLLM refuses to start, each with the rule and the numbers.
+        "refusals": refusals,
         "margin_bytes_per_gpu": margin,
         "not_understood": opts["not_understood"],
         "profile": profile,
@@ -1530,6 +1544,8 @@ def _kv_heads(fit):
 
 
 def _verdict_cell(fit):
+    if fit.get("refusals"):
+        return "REFUSED by vLLM (layout)"
     if fit["gpus_needed"] > fit["gpus_available"]:
         return f"DOES NOT FIT (needs {fit['gpus_needed']} GPUs)"
     margin = fit["margin_bytes_per_gpu"]

@@ -194,8 +194,15 @@ fit:
       description: Requests of max_model_len tokens that fit at once, all data-parallel replicas.
       type: int
     fits:
-      description: Whether the GPUs are enough and one max-length request fits.
+      description: Whether the GPUs are enough, one max-length request fits and vLLM starts the layout (no RV(fit.refusals)).
       type: bool
+    refusals:
+      description:
+        - What vLLM refuses to start, each with its rule and numbers - attention or KV heads that tensor
+          parallel cannot split, decode context parallel layouts, max_model_len beyond the model's
+          positions, FP8 block splits known to fail. Any makes RV(fit.fits) false.
+      type: list
+      elements: str
     margin_bytes_per_gpu:
       description: KV budget left after one max-length request; negative when short (bytes).
       type: int

@@ -141,19 +141,21 @@ def test_minimax_tp16_replicates_kv_heads(minimax):
     assert report["warnings"] == []
 
 
-def test_tp_that_does_not_divide_heads_warns(minimax):
+def test_tp_that_does_not_divide_heads_is_refused(minimax):
     gpu = dict(RTX_PRO_6000, count=32)
     report = mf.model_fit(minimax, serve={"tensor_parallel_size": 32, "max_model_len": 4096},
                           gpu=gpu, weight_bytes=230_000_000_000)
     # 48 % 32 = 16: vLLM refuses; 8 KV heads each replicated on 32 / 8 = 4 ranks
     assert report["kv_replicas"] == 4
-    assert any("does not divide num_attention_heads 48" in w for w in report["warnings"])
+    assert any("does not divide num_attention_heads 48" in w for w in report["refusals"])
+    assert report["fits"] is False
     gpu = dict(RTX_PRO_6000, count=6)
     report = mf.model_fit(minimax, serve={"tensor_parallel_size": 6, "max_model_len": 4096},
                           gpu=gpu, weight_bytes=230_000_000_000)
     # 48 % 6 = 0 but 8 % 6 = 2 and 6 % 8 = 6: KV heads cannot be split
     assert any("neither divides nor is a multiple of the 8 KV heads" in w
-               for w in report["warnings"])
+               for w in report["refusals"])
+    assert report["fits"] is False
 
 
 # --- Kimi-K2.5 --------------------------------------------------------------
@@ -368,3 +370,31 @@ def test_table_says_too_few_gpus(kimi_int4):
         overhead_bytes_per_gpu=OVERHEAD)})
     verdict = next(line for line in lines if line.startswith("verdict"))
     assert verdict.endswith("DOES NOT FIT (needs 8 GPUs)")
+
+
+def test_tp3_on_64_heads_is_refused_before_the_outage():
+    """Issue 33: Qwen3-235B-A22B's 64 attention and 4 KV heads at tensor parallel 3. The fit
+    used to warn that vLLM refuses it and still say `fits`; the preflight refuses only what
+    does not fit, so the deploy stopped the old model and the start failed."""
+    qwen = {"architectures": ["Qwen3MoeForCausalLM"], "num_hidden_layers": 94,
+            "num_attention_heads": 64, "num_key_value_heads": 4, "head_dim": 128,
+            "hidden_size": 4096, "max_position_embeddings": 262_144}
+    report = mf.model_fit(qwen, serve={"tensor_parallel_size": 3, "max_model_len": 8192},
+                          gpu=dict(RTX_PRO_6000, count=8), weight_bytes=235_000_000_000)
+    assert report["margin_bytes_per_gpu"] > 0  # memory alone would fit
+    assert report["refusals"] == [
+        "tensor_parallel_size 3 does not divide num_attention_heads 64: vLLM refuses this layout",
+        ("tensor_parallel_size 3 neither divides nor is a multiple of the 4 KV heads: vLLM "
+         "cannot shard or replicate them evenly and refuses this")]
+    assert report["fits"] is False
+    assert report["verdict"].startswith("vLLM refuses this layout: tensor_parallel_size 3 ")
+    assert "REFUSED by vLLM (layout)" in "\n".join(mf.render_table({"qwen": report}))
+
+
+def test_max_model_len_beyond_the_models_positions_is_refused(minimax):
+    report = mf.model_fit(minimax, serve={"tensor_parallel_size": 4, "enable_expert_parallel": True,
+                                          "max_model_len": 1_000_000},
+                          gpu=dict(RTX_PRO_6000, count=8), weight_bytes=230_000_000_000)
+    assert any(r.startswith("max_model_len 1000000 exceeds max_position_embeddings ")
+               and r.endswith(": vLLM refuses it") for r in report["refusals"])
+    assert report["fits"] is False
