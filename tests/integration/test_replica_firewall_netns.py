@@ -103,7 +103,7 @@ def namespaces(tmp_path_factory):
     """(lab1's namespace with the table loaded and listeners up, the peer's namespace)."""
     missing = [tool for tool in ("ip", "nft") if not shutil.which(tool)]
     if missing or os.geteuid() != 0:
-        pytest.skip(f"needs root and {', '.join(('ip', 'nft'))} to make network namespaces "
+        pytest.skip("needs root, ip and nft to make network namespaces "
                     f"(missing: {', '.join(missing) or 'root'})")
     server_ns, peer_ns = f"vf-fw-s{os.getpid()}", f"vf-fw-p{os.getpid()}"
     made = []
@@ -124,7 +124,7 @@ def namespaces(tmp_path_factory):
         ruleset = tmp_path_factory.mktemp("nft") / "replica.nft"
         ruleset.write_text(render_ruleset(VLLM_UID))
         _run("ip", "netns", "exec", server_ns, "nft", "-f", str(ruleset))
-        server = subprocess.Popen(  # noqa: S603 - our own fixture program
+        server = subprocess.Popen(
             ["ip", "netns", "exec", server_ns, sys.executable, "-c", SERVER,
              *map(str, PORTS)], stdout=subprocess.PIPE, text=True)
         assert server.stdout.readline().strip() == "ready"
@@ -186,7 +186,7 @@ def test_another_local_user_cannot_reach_a_peers_distributed_ports(namespaces):
     # The peer's table admits lab1's address, whoever on lab1 sends: lab1's own
     # output chain refuses the connection before it leaves.
     server_ns, peer_ns = namespaces
-    listener = subprocess.Popen(  # noqa: S603 - our own fixture program
+    listener = subprocess.Popen(
         ["ip", "netns", "exec", peer_ns, sys.executable, "-c", SERVER, "29502", "29501"],
         stdout=subprocess.PIPE, text=True)
     try:

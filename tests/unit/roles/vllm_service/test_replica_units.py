@@ -152,8 +152,8 @@ def test_head_ruleset_opens_the_master_port_and_ephemeral_range_to_the_peers_onl
         "chain output {",
         "type filter hook output priority filter; policy accept;",
         'oif "lo" ct state new tcp dport @ports meta skuid != @users counter reject with tcp reset',
-        "ip daddr @peers_v4 ct state new tcp dport @ports meta skuid != @users counter reject"
-        " with tcp reset",
+        ("ip daddr @peers_v4 ct state new tcp dport @ports meta skuid != @users counter reject"
+         " with tcp reset"),
         "}",
         "chain input {",
         "type filter hook input priority filter; policy accept;",
