@@ -23,6 +23,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 
 import jinja2
 import pytest
@@ -313,3 +314,35 @@ def test_etc_vllm_fleet_has_one_mode_in_every_role():
     assert sorted(where for where, _name, _mode in made) == [
         "model_download/download.yml", "vllm_service/firewall.yml"]
     assert {mode for _where, _name, mode in made} == {"0700"}, made
+
+
+# --- the allow list's preflight, run by ansible-playbook ----------------------
+
+def _preflight(tmp_path, allow):
+    variables = {"vllm_service_model": "tiny_gqa", "vllm_service_probe": False,
+                 "vllm_service_ip_address_allow": allow}
+    (tmp_path / "vars.yml").write_text(yaml.safe_dump(variables))
+    (tmp_path / "play.yml").write_text(
+        "- name: Check the inputs\n  hosts: localhost\n  gather_facts: false\n"
+        f"  vars_files: [{tmp_path}/vars.yml]\n"
+        "  tasks:\n    - name: Run the role's preflight\n"
+        f"      ansible.builtin.import_tasks: {ROLES}/vllm_service/tasks/preflight.yml\n")
+    env = {"ANSIBLE_COLLECTIONS_PATH": str(ROOT / "collections"), "PATH": "/usr/bin:/bin",
+           "ANSIBLE_LOCALHOST_WARNING": "false", "HOME": str(tmp_path)}
+    return subprocess.run(
+        [sys.executable, "-m", "ansible", "playbook", "-i",
+         "localhost,", "-c", "local", str(tmp_path / "play.yml")],
+        capture_output=True, text=True, check=False, env=env, cwd=tmp_path, timeout=300)
+
+
+def test_the_preflight_takes_addresses_and_prefixes(tmp_path):
+    result = _preflight(tmp_path, ["192.0.2.0/24", "2001:db8::/32", "198.51.100.7"])
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("allow", [["any"], ["10.0.0.0/8 localhost"], "192.0.2.1"])
+def test_the_preflight_refuses_anything_else_naming_the_variable(tmp_path, allow):
+    result = _preflight(tmp_path, allow)
+    assert result.returncode == 2
+    assert "vllm_service_ip_address_allow must be a list of IP addresses or prefixes" in (
+        result.stdout)
