@@ -123,12 +123,13 @@ def test_a_multi_node_entry_without_its_node_is_not_rendered():
 # --- the firewall ------------------------------------------------------------
 
 
-def render_firewall(firewall):
+def render_firewall(firewall, user="vllm"):
     env = jinja2.Environment(trim_blocks=True, keep_trailing_newline=True,
                              undefined=jinja2.StrictUndefined, autoescape=False)  # noqa: S701
     env.filters["comment"] = CoreFilters().filters()["comment"]
     template = env.from_string((ROLE / "templates" / "vllm-fleet-replica.nft.j2").read_text())
-    return template.render(ansible_managed="Ansible managed", __vllm_service_firewall=firewall)
+    return template.render(ansible_managed="Ansible managed", vllm_service_user=user,
+                           __vllm_service_firewall=firewall)
 
 
 def ruleset_lines(text):
@@ -147,6 +148,13 @@ def test_head_ruleset_opens_the_master_port_and_ephemeral_range_to_the_peers_onl
         "set peers_v4 {", "type ipv4_addr", "elements = { 172.31.250.11, 172.31.250.12 }", "}",
         "set ports {", "type inet_service", "flags interval",
         "elements = { 29501, 29510, 32768-60999 }", "}",
+        "set users {", "type uid", "elements = { 0, vllm }", "}",
+        "chain output {",
+        "type filter hook output priority filter; policy accept;",
+        'oif "lo" ct state new tcp dport @ports meta skuid != @users counter reject with tcp reset',
+        ("ip daddr @peers_v4 ct state new tcp dport @ports meta skuid != @users counter reject"
+         " with tcp reset"),
+        "}",
         "chain input {",
         "type filter hook input priority filter; policy accept;",
         'iif "lo" accept',
@@ -190,7 +198,8 @@ def _nft_check(path):
 @pytest.mark.parametrize("host", ["lab1", "lab2"])
 def test_nft_accepts_the_rendered_ruleset(plan, host, tmp_path):
     path = tmp_path / "replica.nft"
-    path.write_text(render_firewall(replica_firewall(plan, host)))
+    # A uid: nft resolves a user name when it reads the file, and this machine has no vllm user.
+    path.write_text(render_firewall(replica_firewall(plan, host), user="4242"))
     rc, stderr = _nft_check(path)
     assert (rc, stderr) == (0, "")
 

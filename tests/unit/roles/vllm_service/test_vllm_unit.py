@@ -36,7 +36,7 @@ SANDBOX = ["NoNewPrivileges", "CapabilityBoundingSet", "ProtectSystem", "ReadWri
            "ProtectKernelLogs", "ProtectControlGroups", "ProtectClock", "ProtectHostname",
            "ProtectProc", "RestrictAddressFamilies", "RestrictNamespaces", "RestrictRealtime",
            "RestrictSUIDSGID", "LockPersonality", "SystemCallArchitectures", "SystemCallFilter",
-           "SystemCallErrorNumber", "UMask", "DevicePolicy"]
+           "SystemCallErrorNumber", "UMask", "DevicePolicy", "IPAddressAllow", "IPAddressDeny"]
 
 
 def service(unit, key):
@@ -204,7 +204,8 @@ def test_sandbox_values():
         "LockPersonality": ["yes"], "SystemCallArchitectures": ["native"],
         "SystemCallFilter": [
             "~@clock @cpu-emulation @module @mount @obsolete @raw-io @reboot @swap"],
-        "SystemCallErrorNumber": ["EPERM"], "UMask": ["0077"], "DevicePolicy": ["closed"]}
+        "SystemCallErrorNumber": ["EPERM"], "UMask": ["0077"], "DevicePolicy": ["closed"],
+        "IPAddressAllow": ["localhost"], "IPAddressDeny": ["any"]}
     assert words(service(unit, "ReadWritePaths")[0]) == ["/var/lib/vllm", "/srv/cache dir"]
     assert service(unit, "MemoryDenyWriteExecute") == []  # vLLM compiles code at run time
 
@@ -215,6 +216,7 @@ def test_sandbox_values():
     (["SystemCallFilter"], ["SystemCallFilter", "SystemCallErrorNumber"]),
     (["DevicePolicy"], ["DevicePolicy", "DeviceAllow"]),
     (["ProtectClock", "ProtectHostname"], ["ProtectClock", "ProtectHostname"]),
+    (["IPAddressDeny"], ["IPAddressAllow", "IPAddressDeny"]),
 ])
 def test_hardening_off_drops_exactly_the_named_directives(off, gone):
     entry = {**tiny_gqa_entry(), "gpus": [0]}

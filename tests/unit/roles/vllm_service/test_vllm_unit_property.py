@@ -118,7 +118,9 @@ def test_any_entry_is_refused_by_name_or_keeps_the_units_structure(entry):
     assert list(parsed(unit)) == list(parsed(render_unit(tame(entry))))
     directives = parsed(unit)
     assert [len(directives[key]) for key in ("Service.ExecStart", "Service.Environment")] == [
-        1, 3 + 2 * bool(entry["gpus"]) + len(entry["env"])]
+        # HOME, HF_HUB_OFFLINE, PYTHONUNBUFFERED, GLOO_SOCKET_IFNAME=lo; with GPUs
+        # CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES, NCCL_SOCKET_IFNAME=lo; the entry's.
+        1, 4 + 3 * bool(entry["gpus"]) + len(entry["env"])]
 
     environment = [word for value in directives["Service.Environment"] for word in words(value)]
     wanted = {name: str(value) for name, value in entry["env"].items()}
