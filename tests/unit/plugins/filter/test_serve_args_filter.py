@@ -51,7 +51,7 @@ def test_port_given_as_text_and_missing_serve_and_host_keyword():
     ({"served_model_name": "m", "port": 70000},
      "vllm_serve_argv: catalog entry: port must be an integer 1-65535, got 70000"),
     ({"served_model_name": "m", "port": 8001, "serve": {"port": 9000}},
-     "vllm_serve_argv: catalog entry: serve options must not set port: "),
+     "vllm_serve_argv: catalog entry: serve.port is vLLM's --port: the product owns it"),
     ({"served_model_name": "m", "port": 8001, "serve": {"--dtype": "half"}},
      "vllm_serve_argv: catalog entry: serve: serve option names are bare words"),
 ])
