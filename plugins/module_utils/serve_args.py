@@ -62,11 +62,13 @@ NVIDIA_CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-to
 PRODUCT_OPTIONS = {
     "host": "the unit binds vllm_service_host (127.0.0.1) behind the front door",
     "port": "the catalog entry's port field sets it",
-    "served-model-name": "the catalog entry's served_model_name field and vllm_fleet_model_alias set it",
+    "served-model-name": ("the catalog entry's served_model_name field and vllm_fleet_model_alias "
+                          "set it"),
     "model": "the unit serves the model folder the product downloaded",
     "enable-server-load-tracking": "the unit always sets it: a drain reads /load",
     "api-key": "client keys live at the front door (vllm_frontdoor_api_keys)",
-    "enable-sleep-mode": "it adds /sleep and /wake_up, which put a model to sleep behind the product's back",
+    "enable-sleep-mode": ("it adds /sleep and /wake_up, which put a model to sleep behind the "
+                          "product's back"),
     "config": "it reads options from a file, past these checks",
 }
 # The boolean ones also take `--no-<name>`.
@@ -77,11 +79,12 @@ RESERVED_OPTIONS = tuple(name.replace("-", "_") for name in PRODUCT_OPTIONS)
 PRODUCT_ENV = {
     "VLLM_SERVER_DEV_MODE": "it adds the development routes (/reset_prefix_cache, /sleep, "
                             "/collective_rpc ...)",
-    "VLLM_API_KEY": "client keys live at the front door (vllm_frontdoor_api_keys); vLLM reads it as "
-                    "--api-key",
-    "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "it adds /v1/load_lora_adapter and /v1/unload_lora_adapter, "
-                                        "which load weights at run time",
-    "VLLM_USE_RUST_FRONTEND": "it replaces the API server the product runs (and opens --grpc-port)",
+    "VLLM_API_KEY": ("client keys live at the front door (vllm_frontdoor_api_keys); vLLM reads "
+                     "it as --api-key"),
+    "VLLM_ALLOW_RUNTIME_LORA_UPDATING": ("it adds /v1/load_lora_adapter and "
+                                         "/v1/unload_lora_adapter, which load weights at run time"),
+    "VLLM_USE_RUST_FRONTEND": ("it replaces the API server the product runs (and opens "
+                               "--grpc-port)"),
     "VLLM_RUST_FRONTEND_PATH": "it names a program to run as the API server",
 }
 # Model names whose unit (vllm-<name>.service) would be one of the product's

@@ -119,7 +119,7 @@ def test_reserved_keys_are_refused(key):
 
 
 def test_each_reserved_key_is_named_in_the_entrys_order():
-    with pytest.raises(ValueError) as caught:
+    with pytest.raises(ProductOwnedError) as caught:
         vllm_serve_argv("vllm", "/m", "tiny", 8001, {"port": 1, "host": "10.0.0.1"})
     assert str(caught.value) == (
         "catalog entry: serve.port is vLLM's --port: the product owns it (the catalog entry's"
@@ -379,6 +379,7 @@ def test_nvidia_device_nodes_are_the_control_nodes_and_the_gpus():
 
 
 # --- what a catalog entry cannot set (issue 32) ------------------------------
+ANY = "0.0.0.0"  # noqa: S104 - the hostile value under test, bound nowhere
 # Spellings vLLM 0.32 reads as a product-owned option (the lab image's
 # vllm/utils/argparse_utils.py, FlexibleArgumentParser.parse_args: `_` -> `-`
 # up to the first `.`, `--opt=value`, `--opt.key value`; the serve parser keeps
@@ -406,7 +407,7 @@ def test_every_spelling_of_an_owned_option_is_named(word, option):
 
 @pytest.mark.parametrize("word", [
     "--max-num-seqs", "--no-such-option", "--model-impl", "--config-format", "--hostname-x",
-    "--port-range", "--seed", "-tp", "-O3", "--", "0.0.0.0", "host", "-host", "--HOST",
+    "--port-range", "--seed", "-tp", "-O3", "--", ANY, "host", "-host", "--HOST",
     "--compilation-config.level", "--api-server-count",
 ])
 def test_other_options_and_values_are_not_owned(word):
@@ -415,23 +416,23 @@ def test_other_options_and_values_are_not_owned(word):
 
 @pytest.mark.parametrize(("kwargs", "message"), [
     # The review's input: a second --host after the product's 127.0.0.1, which argparse keeps.
-    ({"extra_args": ["--host", "0.0.0.0"]},
-     "catalog entry m1: extra_args[0] holds '--host', which vLLM reads as --host: the product"
-     " owns it (the unit binds vllm_service_host (127.0.0.1) behind the front door)"),
-    ({"extra_args": ["--host=0.0.0.0"]}, "extra_args[0] holds '--host=0.0.0.0', which vLLM reads"),
+    ({"extra_args": ["--host", ANY]},
+     ("catalog entry m1: extra_args[0] holds '--host', which vLLM reads as --host: the product"
+      " owns it (the unit binds vllm_service_host (127.0.0.1) behind the front door)")),
+    ({"extra_args": ["--host=" + ANY]}, "extra_args[0] holds '--host=0.0.0.0', which vLLM reads"),
     ({"extra_args": ["--seed", "1", "--served_model_name", "x"]},
-     "catalog entry m1: extra_args[2] holds '--served_model_name', which vLLM reads as"
-     " --served-model-name: the product owns it"),
+     ("catalog entry m1: extra_args[2] holds '--served_model_name', which vLLM reads as"
+      " --served-model-name: the product owns it")),
     ({"options": {"served-model-name": "x"}},
      "catalog entry m1: serve.served-model-name is vLLM's --served-model-name: the product owns"),
     ({"options": {"enable_sleep_mode": True}},
-     "catalog entry m1: serve.enable_sleep_mode is vLLM's --enable-sleep-mode: the product owns"
-     " it (it adds /sleep and /wake_up"),
+     ("catalog entry m1: serve.enable_sleep_mode is vLLM's --enable-sleep-mode: the product owns"
+      " it (it adds /sleep and /wake_up")),
     ({"options": {"enable_server_load_tracking": False}},
-     "catalog entry m1: serve.enable_server_load_tracking is vLLM's"
-     " --enable-server-load-tracking: the product owns it (the unit always sets it"),
+     ("catalog entry m1: serve.enable_server_load_tracking is vLLM's"
+      " --enable-server-load-tracking: the product owns it (the unit always sets it")),
     ({"options": {"api_key": ["k" * 20]}}, "serve.api_key is vLLM's --api-key"),
-    ({"options": {"lora_modules": ["a=/b", "--host", "0.0.0.0"]}},
+    ({"options": {"lora_modules": ["a=/b", "--host", ANY]}},
      "catalog entry m1: serve.lora_modules holds '--host', which vLLM reads as --host"),
     ({"options": {"config": "/srv/models/x/evil.yaml"}}, "serve.config is vLLM's --config"),
     ({"extra_args": ["--model", "/srv/other"]}, "extra_args[0] holds '--model'"),
@@ -445,7 +446,7 @@ def test_owned_options_are_refused_in_every_field_and_spelling(kwargs, message):
 
 def test_one_line_per_owned_value():
     with pytest.raises(ProductOwnedError) as caught:
-        vllm_serve_argv("/v", "/m", "t", 1, {"host": "0.0.0.0"},
+        vllm_serve_argv("/v", "/m", "t", 1, {"host": ANY},
                         extra_args=["--port=9", "--seed", "1", "--api-key", "k"],
                         context="catalog entry m1")
     fields = re.findall(r"(?:^catalog entry m1: |; )([a-z_.\[\]0-9]+) ", str(caught.value))
@@ -468,8 +469,9 @@ def test_other_environment_is_kept():
 
 
 @pytest.mark.parametrize(("model", "message"), [
-    ("fleet-probe", "vllm_service_model 'fleet-probe' would name its unit vllm-fleet-probe.service,"
-                    " among the product's own vllm-fleet-* units (that very unit)"),
+    ("fleet-probe", ("vllm_service_model 'fleet-probe' would name its unit"
+                     " vllm-fleet-probe.service, among the product's own vllm-fleet-* units"
+                     " (that very unit)")),
     ("fleet-replica-firewall", "vllm-fleet-replica-firewall.service, among the product's own"),
     ("fleet-nvidia-nodes", "(that very unit)"),
     ("fleet-next", "would name its unit vllm-fleet-next.service, among the product's own"),
@@ -508,7 +510,8 @@ SCENARIO_BROKEN = [
 @pytest.mark.parametrize(("path", "extra_args"), SCENARIO_BROKEN)
 def test_the_scenarios_broken_values_are_still_accepted(path, extra_args):
     # The scenario's entry is a Jinja expression: its extra_args list, as written there.
-    assert f"'extra_args': [{', '.join(repr(arg) for arg in extra_args)}]" in (ROOT / path).read_text()
+    written = f"'extra_args': [{', '.join(repr(arg) for arg in extra_args)}]"
+    assert written in (ROOT / path).read_text()
     argv = vllm_serve_argv("/v", "/m", "tiny-gqa", 8001, {"dtype": "float32"}, extra_args,
                            context="catalog entry tiny_gqa")
     assert argv[-len(extra_args):] == extra_args
