@@ -11,6 +11,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.serve_args import
     ProductOwnedError,
     UnitValueError,
     check_model_name,
+    check_request,
     check_unit_inputs,
     control_character,
     nvidia_device_nodes,
@@ -527,3 +528,29 @@ def test_the_cutover_scenarios_wrong_name_entry_is_refused():
         vllm_serve_argv("/v", "/m", "tiny-wrongname", 8033, {},
                         ["--served-model-name", "not-the-catalog-name"],
                         context="catalog entry tiny_wrongname")
+
+
+def _untemplated(value):
+    if isinstance(value, dict):
+        return {k: _untemplated(v) for k, v in value.items() if "{{" not in str(v)}
+    return value
+
+
+def test_every_shipped_catalog_entry_passes_the_request_check():
+    # roles/vllm_model/defaults/main/catalog.yml, each entry and profile (templated values aside).
+    catalog = yaml.safe_load(CATALOG.read_text())["vllm_fleet_catalog"]
+    assert len(catalog) >= 4
+    for model, entry in catalog.items():
+        plain = {**_untemplated(entry), "profiles": {
+            name: _untemplated(profile) for name, profile in (entry.get("profiles") or {}).items()}}
+        assert check_request(model, plain, SETTINGS) is plain
+
+
+def test_the_request_check_names_the_profile_that_sets_an_owned_value():
+    entry = {**ENTRY, "profiles": {"sm120": {"serve": {"max_model_len": 4096}},
+                                   "sm90": {"env": {"VLLM_API_KEY": "k"}}}}
+    with pytest.raises(ProductOwnedError, match=(
+            r"^catalog entry tiny_gqa \(profile sm90\): env.VLLM_API_KEY is set")):
+        check_request("tiny_gqa", entry, SETTINGS)
+    with pytest.raises(UnitValueError, match="would name its unit vllm-fleet-probe.service"):
+        check_request("fleet-probe", ENTRY, SETTINGS)
