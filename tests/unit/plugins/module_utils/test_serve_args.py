@@ -552,5 +552,5 @@ def test_the_request_check_names_the_profile_that_sets_an_owned_value():
     with pytest.raises(ProductOwnedError, match=(
             r"^catalog entry tiny_gqa \(profile sm90\): env.VLLM_API_KEY is set")):
         check_request("tiny_gqa", entry, SETTINGS)
-    with pytest.raises(UnitValueError, match="would name its unit vllm-fleet-probe.service"):
+    with pytest.raises(UnitValueError, match=r"would name its unit vllm-fleet-probe\.service"):
         check_request("fleet-probe", ENTRY, SETTINGS)
