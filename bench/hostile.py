@@ -199,8 +199,8 @@ def table(rows):
     lines = [head, "-" * len(head)]
     lines.extend(f"{r['class']:<50} {r['expect']:<6} {r['tried']:>5} {r['refused']:>7}"
                  f" {r['intact']:>17} {r['passed']:>19} {r['wrongly']:>20}" for r in rows)
-    total = {key: sum(r[key] for r in rows) for key in ("tried", "refused", "intact", "passed",
-                                                         "wrongly")}
+    counts = ("tried", "refused", "intact", "passed", "wrongly")
+    total = {key: sum(r[key] for r in rows) for key in counts}
     lines.append(f"{'total':<50} {'':<6} {total['tried']:>5} {total['refused']:>7}"
                  f" {total['intact']:>17} {total['passed']:>19} {total['wrongly']:>20}")
     return "\n".join(lines), total
