@@ -13,7 +13,17 @@ VLLM = "/opt/vllm/0.32.0-cpu/bin/vllm"
 def test_filter_names():
     assert sorted(FILTERS) == ["nvidia_device_nodes", "systemd_environment", "systemd_exec_line",
                                "systemd_quote", "systemd_specifier_text", "systemd_word",
-                               "vllm_serve_argv", "vllm_unit_check"]
+                               "vllm_request_check", "vllm_serve_argv", "vllm_unit_check"]
+
+
+def test_the_request_check_filter_refuses_an_owned_value_naming_the_filter():
+    entry = {"served_model_name": "tiny-gqa", "port": 8001, "extra_args": ["--hos", "x"]}
+    with pytest.raises(AnsibleFilterError, match=(
+            r"^vllm_request_check: catalog entry tiny_gqa: extra_args\[0\] holds '--hos', which"
+            r" vLLM reads as --host")):
+        FILTERS["vllm_request_check"](entry, "tiny_gqa", {})
+    assert FILTERS["vllm_request_check"]({**entry, "extra_args": []}, "tiny_gqa") == {
+        **entry, "extra_args": []}
 
 
 def test_entry_to_argv_to_exec_line():
