@@ -34,10 +34,15 @@ def _vllm_serve_argv(entry, vllm_bin, model_dir, host="127.0.0.1", model=None, a
 
 
 _check_unit_inputs = module_util_filter("vllm_unit_check", "serve_args", "check_unit_inputs")
+_check_request = module_util_filter("vllm_request_check", "serve_args", "check_request")
 
 
 def _vllm_unit_check(entry, model, settings=None):
     return _check_unit_inputs(model, entry, settings or {})
+
+
+def _vllm_request_check(entry, model, settings=None, host="127.0.0.1", alias=""):
+    return _check_request(model, entry, settings or {}, host=host, alias=alias)
 
 
 class FilterModule:
@@ -47,6 +52,7 @@ class FilterModule:
         return {
             "vllm_serve_argv": _vllm_serve_argv,
             "vllm_unit_check": _vllm_unit_check,
+            "vllm_request_check": _vllm_request_check,
             **{name: module_util_filter(name, "serve_args")
                for name in ("nvidia_device_nodes", "systemd_exec_line", "systemd_quote",
                             "systemd_word", "systemd_environment", "systemd_specifier_text")},

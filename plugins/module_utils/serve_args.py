@@ -48,7 +48,55 @@ _GPU_INDEX = re.compile(r"[0-9]+")
 # /proc/devices (a glob is allowed there: char-nvidia*), then the access.
 _DEVICE_SPEC = re.compile(r"(/dev/[^\s\"'\\*?\[]+|(char|block)-[A-Za-z0-9_.+*-]+)( [rwm]{1,3})?")
 NVIDIA_CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
-RESERVED_OPTIONS = ("host", "port", "served_model_name", "model", "enable_server_load_tracking")
+# vLLM options the product owns, by vLLM 0.32's option name, and why. A catalog
+# entry's `serve` keys, `extra_args` and any word of their values may not reach
+# them in any spelling vLLM 0.32 accepts (product_option() says which):
+# - FlexibleArgumentParser.parse_args (vllm/utils/argparse_utils.py) turns `_`
+#   into `-` in an option's name (up to its first `.`), splits `--opt=value`,
+#   and turns `--opt.key value` into `--opt '{"key": value}'`;
+# - the serve parser is an argparse parser with allow_abbrev left on (Python
+#   3.11), so `--hos` is `--host` when no other option starts so;
+# - boolean options take `--no-<name>` too (engine/arg_utils.py get_kwargs:
+#   argparse.BooleanOptionalAction);
+# - none of these has a short form (`-tp`, `-q`, `-O` ... are others').
+PRODUCT_OPTIONS = {
+    "host": "the unit binds vllm_service_host (127.0.0.1) behind the front door",
+    "port": "the catalog entry's port field sets it",
+    "served-model-name": ("the catalog entry's served_model_name field and vllm_fleet_model_alias "
+                          "set it"),
+    "model": "the unit serves the model folder the product downloaded",
+    "enable-server-load-tracking": "the unit always sets it: a drain reads /load",
+    "api-key": "client keys live at the front door (vllm_frontdoor_api_keys)",
+    "enable-sleep-mode": ("it adds /sleep and /wake_up, which put a model to sleep behind the "
+                          "product's back"),
+    "config": "it reads options from a file, past these checks",
+}
+# The boolean ones also take `--no-<name>`.
+_NEGATABLE = ("enable-server-load-tracking", "enable-sleep-mode")
+RESERVED_OPTIONS = tuple(name.replace("-", "_") for name in PRODUCT_OPTIONS)
+# Environment variables vLLM 0.32 reads (vllm/envs.py) that change what the
+# server answers or who may ask it: the product owns them.
+PRODUCT_ENV = {
+    "VLLM_SERVER_DEV_MODE": "it adds the development routes (/reset_prefix_cache, /sleep, "
+                            "/collective_rpc ...)",
+    "VLLM_API_KEY": ("client keys live at the front door (vllm_frontdoor_api_keys); vLLM reads "
+                     "it as --api-key"),
+    "VLLM_ALLOW_RUNTIME_LORA_UPDATING": ("it adds /v1/load_lora_adapter and "
+                                         "/v1/unload_lora_adapter, which load weights at run time"),
+    "VLLM_USE_RUST_FRONTEND": ("it replaces the API server the product runs (and opens "
+                               "--grpc-port)"),
+    "VLLM_RUST_FRONTEND_PATH": "it names a program to run as the API server",
+}
+# Model names whose unit (vllm-<name>.service) would be one of the product's
+# own units: every unit the roles install is named vllm-fleet-*
+# (tests/unit/plugins/module_utils/test_serve_args.py reads them from roles/).
+PRODUCT_UNIT_PREFIX = "fleet-"
+PRODUCT_UNITS = ("vllm-fleet-nvidia-nodes.service", "vllm-fleet-probe.service",
+                 "vllm-fleet-probe.timer", "vllm-fleet-replica-firewall.service")
+# A model name's longest: its unit vllm-<name>.service, its link, its rank
+# file and its journal identifier stay far under systemd's 255-character unit
+# names and Linux's 255-byte file names, and a name still reads in a table.
+MODEL_NAME_MAX = 64
 # Always on: vLLM's /load then counts each request until the last byte of its
 # response, which is what a drain before a stop waits for (frontdoor.drain()).
 LOAD_TRACKING = "--enable-server-load-tracking"
@@ -98,6 +146,57 @@ def option_flag(key):
     if not isinstance(key, str) or not _OPTION_NAME.fullmatch(key):
         raise ValueError(f"serve option names are bare words like 'max_model_len', got {key!r}")
     return "--" + key.replace("_", "-")
+
+
+class ProductOwnedError(ValueError):
+    """A catalog value sets what the product owns (PRODUCT_OPTIONS, PRODUCT_ENV)."""
+
+
+def product_option(word):
+    """The product-owned vLLM option (PRODUCT_OPTIONS) that argv word `word` sets, or None.
+
+    Read as vLLM 0.32 reads it: a word that starts with `--` is an option
+    wherever it stands (argparse reads `--x` after an option that wants a
+    value as the next option, not as the value); its name ends at the first
+    `=` (`--host=0.0.0.0`) or `.` (`--host.x 1`); `_` is `-`; a name that
+    starts some product option's name (or its `no-` form) is refused, as an
+    abbreviation argparse would accept, or an ambiguous one it would refuse.
+    No option of vLLM 0.32 is itself a strict prefix of these names.
+    """
+    text = str(word)
+    if not text.startswith("--"):
+        return None
+    name = text[2:].split("=", 1)[0].split(".", 1)[0].replace("_", "-")
+    if not name:
+        return None  # `--` alone: argparse's end of options
+    for option in PRODUCT_OPTIONS:
+        forms = [option, f"no-{option}"] if option in _NEGATABLE else [option]
+        if any(form.startswith(name) for form in forms):
+            return option
+    return None
+
+
+def _owned_option_problems(options, fields):
+    """One line per serve key and per catalog word that reaches a product-owned option."""
+    problems = []
+    for key in options:
+        option = product_option(option_flag(key))
+        if option:
+            problems.append(f"serve.{key} is vLLM's --{option}: the product owns it "
+                            f"({PRODUCT_OPTIONS[option]})")
+    for field, words in fields:
+        for word in words:
+            option = product_option(word)
+            if option:
+                problems.append(
+                    f"{field} holds {str(word)!r}, which vLLM reads as --{option}: the product "
+                    f"owns it ({PRODUCT_OPTIONS[option]})")
+    return problems
+
+
+def _raise_owned(context, problems):
+    if problems:
+        raise ProductOwnedError(f"{context}: " + "; ".join(problems))
 
 
 def _option_words(flag, value):
@@ -164,14 +263,6 @@ def vllm_serve_argv(vllm_bin, model_dir, served_model_name, port, options=None,
     from, prefixed with `context` (for example "catalog entry tiny_gqa").
     """
     options = options or {}
-    clash = sorted(set(RESERVED_OPTIONS).intersection(options))
-    if clash:
-        raise ValueError(
-            f"{context}: serve options must not set "
-            + ", ".join(clash)
-            + ": the catalog entry's port and served_model_name fields own them"
-            " (and the unit always sets " + LOAD_TRACKING + ")"
-        )
     if not isinstance(port, int) or isinstance(port, bool) or not 0 < port <= MAX_PORT:
         raise ValueError(f"{context}: port must be an integer 1-65535, got {port!r}")
     fields = [("vllm program", [str(vllm_bin), "serve"]),
@@ -184,19 +275,25 @@ def vllm_serve_argv(vllm_bin, model_dir, served_model_name, port, options=None,
         raise ValueError(f"{context}: {exc}") from None
     fields.extend(("vllm_service_model_alias", [alias]) for alias in names[1:])
     fields.append(("drain", [LOAD_TRACKING]))
-    for key, value in options.items():
+    for key in options:
         try:
-            flag = option_flag(key)
+            option_flag(key)
         except ValueError as exc:
             raise ValueError(f"{context}: serve: {exc}") from None
-        fields.append((f"serve.{key}", _option_words(flag, value)))
-    if node_args:
-        fields.append(("replica layout", [str(arg) for arg in node_args]))
-    fields.extend((f"extra_args[{index}]", [str(arg)])
-                  for index, arg in enumerate(extra_args or []))
+    node_words = [("replica layout", [str(arg) for arg in node_args])] if node_args else []
+    catalog = [(f"serve.{key}", _option_words(option_flag(key), value))
+               for key, value in options.items()]
+    catalog.extend((f"extra_args[{index}]", [str(arg)])
+                   for index, arg in enumerate(extra_args or []))
+    fields.extend(catalog[:len(options)] + node_words + catalog[len(options):])
     argv = []
     for field, words in fields:
         argv.extend(_checked(context, field, word) for word in words)
+    # Every serve key (even one whose false value writes no word) and every
+    # word of the serve values and extra_args.
+    _raise_owned(context, _owned_option_problems(
+        options, [(field, words[1:]) for field, words in catalog[:len(options)]]
+        + catalog[len(options):]))
     return argv
 
 
@@ -267,6 +364,77 @@ def _check_path(field, value):
     return text
 
 
+def check_model_name(model, variable="vllm_service_model"):
+    """The model's catalog name as text, or UnitValueError naming `variable`.
+
+    A name is a catalog key (a-z, 0-9, _ and -, to its end), at most
+    MODEL_NAME_MAX characters, and not in the product's own unit names: the
+    model's unit is vllm-<name>.service, and the product's are vllm-fleet-*.
+    """
+    text = str(model)
+    if not _MODEL_NAME.fullmatch(text):
+        raise UnitValueError(
+            f"{variable} must be a catalog name like minimax_m25 (a-z, 0-9, _ and -), "
+            f"got {text!r}")
+    if len(text) > MODEL_NAME_MAX:
+        raise UnitValueError(
+            f"{variable} must be at most {MODEL_NAME_MAX} characters, got {len(text)}: "
+            f"{text[:MODEL_NAME_MAX]!r}...")
+    if text.startswith(PRODUCT_UNIT_PREFIX):
+        unit = f"vllm-{text}.service"
+        same = " (that very unit)" if unit in PRODUCT_UNITS else ""
+        raise UnitValueError(
+            f"{variable} {text!r} would name its unit {unit}, among the product's own vllm-fleet-* "
+            f"units{same}: {', '.join(PRODUCT_UNITS)}; choose a name that does not start with "
+            f"{PRODUCT_UNIT_PREFIX!r}")
+    return text
+
+
+def check_request(model, entry, settings, host="127.0.0.1", alias=""):
+    """Before anything is downloaded: the unit's checks, on every way the entry can be served.
+
+    The same checks the unit template makes (check_unit_inputs, then
+    vllm_serve_argv), on the entry as it is and as each of its GPU profiles
+    (module_utils/catalog_profile.py) would serve it: which profile applies
+    is known only once the GPUs are read, after the request phase. `settings`
+    are the role values the template passes (vllm_service_vllm_bin and
+    vllm_service_model_dir among them). A multi-node entry's own arguments
+    are its replica plan's (module_utils/multinode.py), checked in the
+    preflight. Returns the entry unchanged.
+    """
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.catalog_profile import (
+        apply_profile,
+    )
+
+    model_text = check_model_name(model)
+    if not isinstance(entry, dict):
+        raise UnitValueError(
+            f"catalog entry {model_text} must be a mapping, got {type(entry).__name__}")
+    profiles = entry.get("profiles") or {}
+    if not isinstance(profiles, dict):
+        raise UnitValueError(f"catalog entry {model_text}: profiles must be a mapping")
+    served = [("", {k: v for k, v in entry.items() if k != "profiles"})]
+    served.extend((f" (profile {name})", apply_profile(entry, name, overlay)[0])
+                  for name, overlay in sorted(profiles.items(), key=lambda item: str(item[0])))
+    for label, effective in served:
+        context = f"catalog entry {model_text}{label}"
+        try:
+            check_unit_inputs(model_text, effective, settings)
+            port = effective.get("port")
+            vllm_serve_argv(settings.get("vllm_service_vllm_bin", "/vllm"),
+                            settings.get("vllm_service_model_dir", "/model"),
+                            effective.get("served_model_name"),
+                            int(port) if isinstance(port, str) and port.isdigit() else port,
+                            effective.get("serve") or {}, effective.get("extra_args") or [],
+                            host=host, context=context, aliases=[alias] if alias else [])
+        except ValueError as exc:
+            message = str(exc)
+            if label and message.startswith(f"catalog entry {model_text}: "):
+                message = context + message[len(f"catalog entry {model_text}"):]
+            raise type(exc)(message) from None
+    return entry
+
+
 def check_unit_inputs(model, entry, settings):
     """Refuse any value that could change the structure of the model's unit.
 
@@ -275,11 +443,7 @@ def check_unit_inputs(model, entry, settings):
     ROLE_VALUE_KINDS says (text when not listed). Returns the entry
     unchanged. Errors name the field and the model, or the role variable.
     """
-    model_text = str(model)
-    if not _MODEL_NAME.fullmatch(model_text):
-        raise UnitValueError(
-            f"vllm_service_model must be a catalog name like minimax_m25 (a-z, 0-9, _ and -), "
-            f"got {model_text!r}")
+    model_text = check_model_name(model)
     context = f"catalog entry {model_text}"
     if not isinstance(entry, dict):
         raise UnitValueError(f"{context} must be a mapping, got {type(entry).__name__}")
@@ -295,6 +459,9 @@ def check_unit_inputs(model, entry, settings):
             systemd_environment(name, value, field=f"env.{name}")
         except UnitValueError as exc:
             raise UnitValueError(f"{context}: {exc}") from None
+    _raise_owned(context, [
+        f"env.{name} is set ({name} is vLLM's own): the product owns it ({PRODUCT_ENV[name]})"
+        for name in env if name in PRODUCT_ENV])
     for name, value in settings.items():
         _check_setting(name, value)
     return entry

@@ -13,7 +13,17 @@ VLLM = "/opt/vllm/0.32.0-cpu/bin/vllm"
 def test_filter_names():
     assert sorted(FILTERS) == ["nvidia_device_nodes", "systemd_environment", "systemd_exec_line",
                                "systemd_quote", "systemd_specifier_text", "systemd_word",
-                               "vllm_serve_argv", "vllm_unit_check"]
+                               "vllm_request_check", "vllm_serve_argv", "vllm_unit_check"]
+
+
+def test_the_request_check_filter_refuses_an_owned_value_naming_the_filter():
+    entry = {"served_model_name": "tiny-gqa", "port": 8001, "extra_args": ["--hos", "x"]}
+    with pytest.raises(AnsibleFilterError, match=(
+            r"^vllm_request_check: catalog entry tiny_gqa: extra_args\[0\] holds '--hos', which"
+            r" vLLM reads as --host")):
+        FILTERS["vllm_request_check"](entry, "tiny_gqa", {})
+    assert FILTERS["vllm_request_check"]({**entry, "extra_args": []}, "tiny_gqa") == {
+        **entry, "extra_args": []}
 
 
 def test_entry_to_argv_to_exec_line():
@@ -51,7 +61,7 @@ def test_port_given_as_text_and_missing_serve_and_host_keyword():
     ({"served_model_name": "m", "port": 70000},
      "vllm_serve_argv: catalog entry: port must be an integer 1-65535, got 70000"),
     ({"served_model_name": "m", "port": 8001, "serve": {"port": 9000}},
-     "vllm_serve_argv: catalog entry: serve options must not set port: "),
+     "vllm_serve_argv: catalog entry: serve.port is vLLM's --port: the product owns it"),
     ({"served_model_name": "m", "port": 8001, "serve": {"--dtype": "half"}},
      "vllm_serve_argv: catalog entry: serve: serve option names are bare words"),
 ])

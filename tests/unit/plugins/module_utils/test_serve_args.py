@@ -7,11 +7,16 @@ import re
 import pytest
 import yaml
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.serve_args import (
+    PRODUCT_UNITS,
+    ProductOwnedError,
     UnitValueError,
+    check_model_name,
+    check_request,
     check_unit_inputs,
     control_character,
     nvidia_device_nodes,
     option_flag,
+    product_option,
     serve_options_argv,
     served_names,
     systemd_environment,
@@ -22,7 +27,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.serve_args import
     unit_text,
     vllm_serve_argv,
 )
-from repo_paths import CATALOG
+from repo_paths import CATALOG, ROOT
 
 
 def test_option_flag_turns_underscores_into_dashes():
@@ -110,13 +115,17 @@ def test_a_bad_alias_is_refused_naming_the_model(alias, error):
 
 @pytest.mark.parametrize("key", ["host", "port", "served_model_name", "model"])
 def test_reserved_keys_are_refused(key):
-    with pytest.raises(ValueError, match=f"must not set {key}: the catalog entry's port"):
+    with pytest.raises(ValueError, match=f"^catalog entry: serve.{key} is vLLM's --"):
         vllm_serve_argv("vllm", "/m", "tiny", 8001, {key: "x"})
 
 
-def test_all_reserved_keys_are_named_sorted():
-    with pytest.raises(ValueError, match="must not set host, port: "):
+def test_each_reserved_key_is_named_in_the_entrys_order():
+    with pytest.raises(ProductOwnedError) as caught:
         vllm_serve_argv("vllm", "/m", "tiny", 8001, {"port": 1, "host": "10.0.0.1"})
+    assert str(caught.value) == (
+        "catalog entry: serve.port is vLLM's --port: the product owns it (the catalog entry's"
+        " port field sets it); serve.host is vLLM's --host: the product owns it (the unit binds"
+        " vllm_service_host (127.0.0.1) behind the front door)")
 
 
 @pytest.mark.parametrize("port", [0, -1, 65536, "8001", 80.0, None])
@@ -368,3 +377,180 @@ def test_nvidia_device_nodes_are_the_control_nodes_and_the_gpus():
     assert nvidia_device_nodes([2, "5"]) == ["/dev/nvidiactl", "/dev/nvidia-uvm",
                                              "/dev/nvidia-uvm-tools", "/dev/nvidia2",
                                              "/dev/nvidia5"]
+
+
+# --- what a catalog entry cannot set (issue 32) ------------------------------
+ANY = "0.0.0.0"  # noqa: S104 - the hostile value under test, bound nowhere
+# Spellings vLLM 0.32 reads as a product-owned option (the lab image's
+# vllm/utils/argparse_utils.py, FlexibleArgumentParser.parse_args: `_` -> `-`
+# up to the first `.`, `--opt=value`, `--opt.key value`; the serve parser keeps
+# argparse's allow_abbrev; engine/arg_utils.py get_kwargs: BooleanOptionalAction
+# gives booleans a --no- form).
+
+OWNED_WORDS = [
+    ("--host", "host"), ("--host=0.0.0.0", "host"), ("--hos", "host"), ("--host.x", "host"),
+    ("--port=9", "port"), ("--served_model_name", "served-model-name"),
+    ("--served-model", "served-model-name"), ("--model=/srv/other", "model"), ("--mod", "model"),
+    ("--enable-server-load-tracking", "enable-server-load-tracking"),
+    ("--no-enable-server-load-tracking", "enable-server-load-tracking"),
+    ("--no_enable_server_load", "enable-server-load-tracking"),
+    ("--api-key", "api-key"), ("--api_key=k", "api-key"),
+    ("--enable-sleep-mode", "enable-sleep-mode"), ("--enable_sleep", "enable-sleep-mode"),
+    ("--no-enable-sleep-mode", "enable-sleep-mode"), ("--config", "config"),
+    ("--config=/srv/models/x/evil.yaml", "config"),
+]
+
+
+@pytest.mark.parametrize(("word", "option"), OWNED_WORDS)
+def test_every_spelling_of_an_owned_option_is_named(word, option):
+    assert product_option(word) == option
+
+
+@pytest.mark.parametrize("word", [
+    "--max-num-seqs", "--no-such-option", "--model-impl", "--config-format", "--hostname-x",
+    "--port-range", "--seed", "-tp", "-O3", "--", ANY, "host", "-host", "--HOST",
+    "--compilation-config.level", "--api-server-count",
+])
+def test_other_options_and_values_are_not_owned(word):
+    assert product_option(word) is None
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    # The review's input: a second --host after the product's 127.0.0.1, which argparse keeps.
+    ({"extra_args": ["--host", ANY]},
+     ("catalog entry m1: extra_args[0] holds '--host', which vLLM reads as --host: the product"
+      " owns it (the unit binds vllm_service_host (127.0.0.1) behind the front door)")),
+    ({"extra_args": ["--host=" + ANY]}, "extra_args[0] holds '--host=0.0.0.0', which vLLM reads"),
+    ({"extra_args": ["--seed", "1", "--served_model_name", "x"]},
+     ("catalog entry m1: extra_args[2] holds '--served_model_name', which vLLM reads as"
+      " --served-model-name: the product owns it")),
+    ({"options": {"served-model-name": "x"}},
+     "catalog entry m1: serve.served-model-name is vLLM's --served-model-name: the product owns"),
+    ({"options": {"enable_sleep_mode": True}},
+     ("catalog entry m1: serve.enable_sleep_mode is vLLM's --enable-sleep-mode: the product owns"
+      " it (it adds /sleep and /wake_up")),
+    ({"options": {"enable_server_load_tracking": False}},
+     ("catalog entry m1: serve.enable_server_load_tracking is vLLM's"
+      " --enable-server-load-tracking: the product owns it (the unit always sets it")),
+    ({"options": {"api_key": ["k" * 20]}}, "serve.api_key is vLLM's --api-key"),
+    ({"options": {"lora_modules": ["a=/b", "--host", ANY]}},
+     "catalog entry m1: serve.lora_modules holds '--host', which vLLM reads as --host"),
+    ({"options": {"config": "/srv/models/x/evil.yaml"}}, "serve.config is vLLM's --config"),
+    ({"extra_args": ["--model", "/srv/other"]}, "extra_args[0] holds '--model'"),
+])
+def test_owned_options_are_refused_in_every_field_and_spelling(kwargs, message):
+    args = {"vllm_bin": "/v", "model_dir": "/m", "served_model_name": "t", "port": 1, **kwargs}
+    with pytest.raises(ProductOwnedError) as caught:
+        vllm_serve_argv(context="catalog entry m1", **args)
+    assert message in str(caught.value)
+
+
+def test_one_line_per_owned_value():
+    with pytest.raises(ProductOwnedError) as caught:
+        vllm_serve_argv("/v", "/m", "t", 1, {"host": ANY},
+                        extra_args=["--port=9", "--seed", "1", "--api-key", "k"],
+                        context="catalog entry m1")
+    fields = re.findall(r"(?:^catalog entry m1: |; )([a-z_.\[\]0-9]+) ", str(caught.value))
+    assert fields == ["serve.host", "extra_args[0]", "extra_args[3]"]
+
+
+@pytest.mark.parametrize("name", ["VLLM_SERVER_DEV_MODE", "VLLM_API_KEY",
+                                  "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "VLLM_USE_RUST_FRONTEND",
+                                  "VLLM_RUST_FRONTEND_PATH"])
+def test_owned_environment_is_refused(name):
+    with pytest.raises(ProductOwnedError) as caught:
+        check_unit_inputs("tiny_gqa", {**ENTRY, "env": {"A": "1", name: "1"}}, SETTINGS)
+    assert str(caught.value).startswith(
+        f"catalog entry tiny_gqa: env.{name} is set ({name} is vLLM's own): the product owns it (")
+
+
+def test_other_environment_is_kept():
+    entry = {**ENTRY, "env": {"VLLM_CPU_KVCACHE_SPACE": "1", "vllm_server_dev_mode": "1"}}
+    assert check_unit_inputs("tiny_gqa", entry, SETTINGS) is entry
+
+
+@pytest.mark.parametrize(("model", "message"), [
+    ("fleet-probe", ("vllm_service_model 'fleet-probe' would name its unit"
+                     " vllm-fleet-probe.service, among the product's own vllm-fleet-* units"
+                     " (that very unit)")),
+    ("fleet-replica-firewall", "vllm-fleet-replica-firewall.service, among the product's own"),
+    ("fleet-nvidia-nodes", "(that very unit)"),
+    ("fleet-next", "would name its unit vllm-fleet-next.service, among the product's own"),
+    ("a" * 65, "vllm_service_model must be at most 64 characters, got 65"),
+    ("a" * 243, "vllm_service_model must be at most 64 characters, got 243"),
+])
+def test_model_names_of_product_units_and_long_names_are_refused(model, message):
+    with pytest.raises(UnitValueError) as caught:
+        check_model_name(model)
+    assert message in str(caught.value)
+
+
+@pytest.mark.parametrize("model", ["fleet_probe", "a" * 64, "tiny_gqa", "my-fleet-probe"])
+def test_names_beside_the_product_units_are_kept(model):
+    assert check_model_name(model) == model
+
+
+def test_product_units_are_every_vllm_fleet_unit_the_roles_install():
+    names = set()
+    for path in (ROOT / "roles").rglob("*"):
+        if path.is_file():
+            names |= set(re.findall(r"vllm-fleet-[a-z0-9-]+\.(?:service|timer|socket|path)",
+                                    path.read_text(errors="replace")))
+    assert names == set(PRODUCT_UNITS)
+
+
+# The scenarios' broken values are not the product's: they must still reach
+# vLLM, so that Molecule sees a failing start (molecule/*/side_effect.yml).
+SCENARIO_BROKEN = [
+    ("molecule/default/vars/broken-model.yml", ["--max-num-seqs", "not-a-number"]),
+    ("molecule/fleet/group_vars/vllm_hosts/catalog.yml", ["--max-num-seqs", "not-a-number"]),
+    ("molecule/multinode/group_vars/vllm_hosts/catalog.yml", ["--no-such-option"]),
+]
+
+
+@pytest.mark.parametrize(("path", "extra_args"), SCENARIO_BROKEN)
+def test_the_scenarios_broken_values_are_still_accepted(path, extra_args):
+    # The scenario's entry is a Jinja expression: its extra_args list, as written there.
+    written = f"'extra_args': [{', '.join(repr(arg) for arg in extra_args)}]"
+    assert written in (ROOT / path).read_text()
+    argv = vllm_serve_argv("/v", "/m", "tiny-gqa", 8001, {"dtype": "float32"}, extra_args,
+                           context="catalog entry tiny_gqa")
+    assert argv[-len(extra_args):] == extra_args
+
+
+def test_the_cutover_scenarios_wrong_name_entry_is_refused():
+    # molecule/cutover: tiny_wrongname's second --served-model-name, now refused before any change.
+    text = (ROOT / "molecule/cutover/group_vars/all.yml").read_text()
+    assert "'extra_args': ['--served-model-name', 'not-the-catalog-name']" in text
+    with pytest.raises(ProductOwnedError, match=(
+            r"^catalog entry tiny_wrongname: extra_args\[0\] holds '--served-model-name', which "
+            r"vLLM reads as --served-model-name: the product owns it")):
+        vllm_serve_argv("/v", "/m", "tiny-wrongname", 8033, {},
+                        ["--served-model-name", "not-the-catalog-name"],
+                        context="catalog entry tiny_wrongname")
+
+
+def _untemplated(value):
+    if isinstance(value, dict):
+        return {k: _untemplated(v) for k, v in value.items() if "{{" not in str(v)}
+    return value
+
+
+def test_every_shipped_catalog_entry_passes_the_request_check():
+    # roles/vllm_model/defaults/main/catalog.yml, each entry and profile (templated values aside).
+    catalog = yaml.safe_load(CATALOG.read_text())["vllm_fleet_catalog"]
+    assert len(catalog) >= 4
+    for model, entry in catalog.items():
+        plain = {**_untemplated(entry), "profiles": {
+            name: _untemplated(profile) for name, profile in (entry.get("profiles") or {}).items()}}
+        assert check_request(model, plain, SETTINGS) is plain
+
+
+def test_the_request_check_names_the_profile_that_sets_an_owned_value():
+    entry = {**ENTRY, "profiles": {"sm120": {"serve": {"max_model_len": 4096}},
+                                   "sm90": {"env": {"VLLM_API_KEY": "k"}}}}
+    with pytest.raises(ProductOwnedError, match=(
+            r"^catalog entry tiny_gqa \(profile sm90\): env.VLLM_API_KEY is set")):
+        check_request("tiny_gqa", entry, SETTINGS)
+    with pytest.raises(UnitValueError, match=r"would name its unit vllm-fleet-probe\.service"):
+        check_request("fleet-probe", ENTRY, SETTINGS)

@@ -282,7 +282,7 @@ def test_ansible_template_module_writes_the_same_unit(tmp_path):
 
 def test_intended_argv_is_what_the_filter_computes():
     # The property test below compares against vllm_serve_argv(); pin it once.
-    assert vllm_serve_argv(VLLM, MODEL_DIR, "m", 1, {"a": True}, ["x y"])[-2:] == ["--a", "x y"]
+    assert vllm_serve_argv(VLLM, MODEL_DIR, "m", 1, {"x": True}, ["x y"])[-2:] == ["--x", "x y"]
 
 
 def test_every_switch_in_the_argument_spec_turns_its_directives_off():

@@ -31,6 +31,24 @@ SPECIAL = ["\n", "\r", "\x00", "\t", " ", "\x7f", "\x85", "%", "$", "{", "}", '"
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 OPTION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+# vLLM 0.32 options and environment the product owns, and the spellings vLLM
+# reads as them (vllm/utils/argparse_utils.py: `_` is `-`, a name ends at `=`
+# or `.`; argparse's abbreviations; BooleanOptionalAction's --no-): written out
+# here apart from module_utils/serve_args.py.
+OWNED_FORMS = ["host", "port", "served-model-name", "model", "enable-server-load-tracking",
+               "no-enable-server-load-tracking", "api-key", "enable-sleep-mode",
+               "no-enable-sleep-mode", "config"]
+OWNED_ENV = {"VLLM_SERVER_DEV_MODE", "VLLM_API_KEY", "VLLM_ALLOW_RUNTIME_LORA_UPDATING",
+             "VLLM_USE_RUST_FRONTEND", "VLLM_RUST_FRONTEND_PATH"}
+
+
+def owned(word):
+    """Whether vLLM reads this argv word as a product-owned option."""
+    word = str(word)
+    name = re.split(r"[=.]", word[2:], maxsplit=1)[0].replace("_", "-")
+    return word.startswith("--") and name != "" and any(f.startswith(name) for f in OWNED_FORMS)
+
+
 ANY_TEXT = st.text(st.one_of(st.characters(blacklist_categories=("Cs",)), st.sampled_from(SPECIAL)),
                    max_size=12)
 PRINTABLE_TEXT = st.text(st.one_of(st.characters(blacklist_categories=("Cs", "Cc")),
@@ -65,7 +83,7 @@ ENTRIES = st.one_of(
     entries(PRINTABLE_TEXT, st.one_of(st.integers(0, 15), st.integers(0, 15).map(str)),
             st.from_regex(ENV_NAME, fullmatch=True),
             st.from_regex(r"[a-z][a-z0-9_]*", fullmatch=True)
-              .filter(lambda key: key not in ("host", "port", "model", "served_model_name"))),
+              .filter(lambda key: not owned(f"--{key}"))),
 )
 
 
@@ -76,16 +94,17 @@ def unsafe_fields(entry):
     bad |= {f"gpus[{index}]" for index, gpu in enumerate(entry["gpus"])
             if not re.fullmatch(r"[0-9]+", str(gpu))}
     bad |= {f"env.{name}" for name, value in entry["env"].items()
-            if not ENV_NAME.fullmatch(name) or CONTROL.search(str(value))}
+            if not ENV_NAME.fullmatch(name) or CONTROL.search(str(value)) or name in OWNED_ENV}
     for key, value in entry["serve"].items():
-        if not OPTION_NAME.fullmatch(key) or key in ("host", "port", "model", "served_model_name"):
+        if not OPTION_NAME.fullmatch(key):
             bad.add("serve")
         items = value if isinstance(value, list) else [value]
-        if CONTROL.search(key) or any(
-                CONTROL.search(str(item)) for item in items if not isinstance(item, bool)):
+        if CONTROL.search(key) or owned(f"--{key}") or any(
+                CONTROL.search(str(item)) or owned(item)
+                for item in items if not isinstance(item, (bool, dict)) and item is not None):
             bad.add(f"serve.{key}")
     bad |= {f"extra_args[{index}]" for index, arg in enumerate(entry["extra_args"])
-            if CONTROL.search(str(arg))}
+            if CONTROL.search(str(arg)) or owned(arg)}
     return bad
 
 
