@@ -447,13 +447,13 @@ def api_routes(routes):
     """The front door's allowlist, checked: each route forwarded as it is, nothing else.
 
     `routes` is vllm_frontdoor_api_routes, a list of paths such as "/v1/models". Raises
-    TypeError for anything but a list, ValueError naming the variable, what was wanted and what was found: a path that is
-    not plain, one of FIXED_ROUTES (always served), a repeat, or a route in (or under)
-    NEVER_FORWARDED.
+    TypeError for anything but a list; ValueError naming the variable, what was wanted and
+    what was found for a path that is not plain, one of FIXED_ROUTES (always served), a
+    repeat, or a route in (or under) NEVER_FORWARDED.
     """
     if not isinstance(routes, (list, tuple)):
         raise TypeError("vllm_frontdoor_api_routes must be a list of paths such as "
-                         f"/v1/models, got {type(routes).__name__} {routes!r}")
+                        f"/v1/models, got {type(routes).__name__} {routes!r}")
     problems = []
     for route in routes:
         text = route if isinstance(route, str) else repr(route)

@@ -609,14 +609,14 @@ def test_a_client_over_its_rate_gets_429_in_openais_shape_and_the_exempt_do_not(
                     vllm_frontdoor_limit_burst=2, **KEYS) as (url, _prefix):
         port = int(url.rsplit(":", 1)[1])
         limited = []
-        for _ in range(5):
+        for _request in range(5):
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10,
                                               source_address=("127.0.0.2", 0))
             conn.request("GET", "/v1/models", headers={"Authorization": f"Bearer {KEY}"})
             resp = conn.getresponse()
             limited.append((resp.status, resp.getheader("Retry-After"), resp.read().decode()))
             conn.close()
-        exempt = [raw(url, "GET", "/v1/models", KEY)[0] for _ in range(5)]
+        exempt = [raw(url, "GET", "/v1/models", KEY)[0] for _request in range(5)]
     assert [s for s, _r, _b in limited] == [200, 200, 200, 429, 429]
     for _s, retry_after, body in limited[3:]:
         assert retry_after == "1"
@@ -649,7 +649,7 @@ def test_keyless_clients_holding_every_connection_lock_a_keyed_client_out_for_se
                     vllm_frontdoor_worker_connections=SLOW_CONNECTIONS, **KEYS) as (url, prefix):
         port = int(url.rsplit(":", 1)[1])
         try:
-            for _ in range(SLOW_CONNECTIONS + 20):
+            for _client in range(SLOW_CONNECTIONS + 20):
                 sock = socket.create_connection(("127.0.0.1", port), timeout=5)
                 sock.sendall(b"GET /v1/chat/compl")
                 slow.append(sock)
