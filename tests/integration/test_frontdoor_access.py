@@ -672,3 +672,70 @@ def test_keyless_clients_holding_every_connection_lock_a_keyed_client_out_for_se
     assert waited < 5
     assert refusals > 0  # the slow clients did hold every connection ...
     assert "worker_connections are not enough" in log  # ... as nginx says
+
+
+class Holding(Handler):
+    """A model server whose completions wait until the test releases them (long generations)."""
+
+    def do_POST(self):
+        self.server.seen.append(("POST", self.path, dict(self.headers)))
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.server.release.wait(10)
+        self._send(200, json.dumps({"choices": [{"index": 0, "text": "hi"}]}))
+
+
+def test_a_client_over_its_connections_gets_429_while_its_requests_run(tmp_path):
+    """limit_conn per client address (vllm_frontdoor_limit_connections), here 2: with two
+    generations running from 127.0.0.2 its third request is refused at once, in OpenAI's shape;
+    127.0.0.1 (exempt) still gets in, and 127.0.0.2 does again once one has finished."""
+    holding = Backend()
+    holding.RequestHandlerClass = Holding
+    holding.release = threading.Event()
+    threading.Thread(target=holding.serve_forever, daemon=True).start()
+    body = json.dumps({"model": "tiny-gqa", "prompt": "hi"}).encode()
+    request = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode()
+               + b"\r\nContent-Type: application/json\r\nContent-Length: "
+               + str(len(body)).encode() + b"\r\n\r\n" + body)
+    running = []
+    try:
+        up = upstream_conf(holding.server_address[1], model="tiny_gqa")
+        with front_door(tmp_path, up, own_key=OWN, vllm_frontdoor_limit_connections=2,
+                        **KEYS) as (url, _prefix):
+            port = int(url.rsplit(":", 1)[1])
+            for _request in range(2):
+                sock = socket.create_connection(("127.0.0.1", port), timeout=10,
+                                                source_address=("127.0.0.2", 0))
+                sock.sendall(request)
+                running.append(sock)
+            deadline = time.monotonic() + 5
+            while len(holding.seen) < 2 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            third = socket.create_connection(("127.0.0.1", port), timeout=10,
+                                             source_address=("127.0.0.2", 0))
+            third.sendall(request)
+            refused = third.recv(4096).decode()
+            third.close()
+            exempt = raw(url, "GET", "/v1/models", KEY)[0]
+            holding.release.set()
+            done = running[0].recv(4096).decode()
+            again = socket.create_connection(("127.0.0.1", port), timeout=10,
+                                             source_address=("127.0.0.2", 0))
+            again.sendall(request)
+            after = again.recv(4096).decode()
+            again.close()
+    finally:
+        holding.release.set()
+        for sock in running:
+            sock.close()
+        holding.shutdown()
+        holding.server_close()
+    assert refused.startswith("HTTP/1.1 429 ")
+    assert "Retry-After: 1\r\n" in refused
+    assert _error(refused.split("\r\n\r\n", 1)[1]) == (
+        "rate_limit_error", "rate_limit_exceeded", None)
+    assert exempt == 200
+    assert done.startswith("HTTP/1.1 200 ")
+    assert after.startswith("HTTP/1.1 200 ")
+    # the refused one never reached the model
+    assert [p for _m, p, _h in holding.seen] == [
+        "/v1/completions", "/v1/completions", "/v1/models", "/v1/completions"]
