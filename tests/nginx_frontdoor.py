@@ -31,7 +31,8 @@ HAVE_NGINX = os.access(NGINX, os.X_OK)
 
 def _env():
     env = jinja2.Environment(  # noqa: S701 - nginx configuration, not HTML: Ansible escapes nothing
-        undefined=jinja2.StrictUndefined, keep_trailing_newline=True
+        # As Ansible's template module renders: trim_blocks on.
+        undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True
     )
     env.filters["comment"] = comment
     env.filters["bool"] = bool

@@ -639,8 +639,10 @@ def test_keyless_clients_holding_every_connection_lock_a_keyed_client_out_for_se
     are not enough"). What frees the connections is client_header_timeout (the role's 3 s):
     the keyed client retries a refused connection every 0.2 s, as clients do (OpenAI's SDK
     retries connection errors), and is answered once the slow ones are dropped. The slow
-    clients connect 10 ms apart so nginx has read each one's half line (a connection that
-    has sent nothing yet is one nginx may close to make room, which would hide the lock-out).
+    clients connect 10 ms apart, then 0.3 s pass, so nginx has read each one's half line (a
+    connection nginx has read nothing from is one it may close to make room, which would
+    hide the lock-out). The limits per address count none of this, so the keyed client comes
+    from 127.0.0.1 like the slow ones.
     Measured before the change: still refused after 15 s.
     """
     up = upstream_conf(backend.server_address[1], model="tiny_gqa")
@@ -654,6 +656,7 @@ def test_keyless_clients_holding_every_connection_lock_a_keyed_client_out_for_se
                 sock.sendall(b"GET /v1/chat/compl")
                 slow.append(sock)
                 time.sleep(0.01)
+            time.sleep(0.3)  # nginx reads the last ones' half lines (well inside the 3 s)
             start = time.monotonic()
             answer, refusals = None, 0
             while answer is None and time.monotonic() - start < 5:
