@@ -19,6 +19,7 @@ import time
 import jinja2
 import yaml
 from ansible.plugins.filter.core import comment, regex_escape
+from ansible_collections.vllm_fleet.fleet.plugins.filter.frontdoor import FilterModule as Frontdoor
 from ansible_collections.vllm_fleet.fleet.plugins.filter.host_path import host_path
 from ports import free_port
 from repo_paths import ROOT
@@ -30,12 +31,14 @@ HAVE_NGINX = os.access(NGINX, os.X_OK)
 
 def _env():
     env = jinja2.Environment(  # noqa: S701 - nginx configuration, not HTML: Ansible escapes nothing
-        undefined=jinja2.StrictUndefined, keep_trailing_newline=True
+        # As Ansible's template module renders: trim_blocks on.
+        undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True
     )
     env.filters["comment"] = comment
     env.filters["bool"] = bool
     env.filters["regex_escape"] = regex_escape
     env.filters["vllm_fleet.fleet.host_path"] = host_path
+    env.filters["vllm_fleet.fleet.frontdoor_routes"] = Frontdoor().filters()["frontdoor_routes"]
     return env
 
 
@@ -76,12 +79,16 @@ def front_door(tmp_path, upstream_text, own_key=None, **overrides):
         keys.write_text(render("api-keys.map.j2", values))
         keys.chmod(0o600)
     scheme = "https" if values["__vllm_frontdoor_tls"] else "http"
-    with nginx(prefix, render("vllm-fleet.conf.j2", values), port):
+    # nginx.conf's main and events lines the role manages (tasks/main.yml), at the
+    # test's worker_connections: 64 unless the test asks for another number.
+    connections = overrides.get("vllm_frontdoor_worker_connections", 64)
+    with nginx(prefix, render("vllm-fleet.conf.j2", values), port,
+               worker_connections=connections, rlimit_nofile=2 * connections):
         yield f"{scheme}://127.0.0.1:{port}", prefix
 
 
 @contextlib.contextmanager
-def nginx(prefix, site_text, port):
+def nginx(prefix, site_text, port, worker_connections=64, rlimit_nofile=None):
     """Debian's nginx in `prefix` with `site_text` in its http block, until it listens on port."""
     temp = prefix / "temp"
     for d in (prefix / "logs", temp):
@@ -90,9 +97,10 @@ def nginx(prefix, site_text, port):
     user = "user root root;\n" if os.geteuid() == 0 else ""  # workers write in tmp_path
     (prefix / "nginx.conf").write_text(
         f"{user}worker_processes 1;\n"
-        f"pid {prefix}/nginx.pid;\n"
+        + (f"worker_rlimit_nofile {rlimit_nofile};\n" if rlimit_nofile else "")
+        + f"pid {prefix}/nginx.pid;\n"
         f"error_log {prefix}/logs/error.log info;\n"
-        "events { worker_connections 64; }\n"
+        f"events {{ worker_connections {worker_connections}; }}\n"
         "http {\n"
         f"    access_log {prefix}/logs/access.log;\n"
         f"    client_body_temp_path {temp}/client;\n"

@@ -1,6 +1,6 @@
 # Copyright (c) 2026 vllm-fleet contributors
 # SPDX-License-Identifier: Apache-2.0
-"""Filter frontdoor_upstream: the text of the front door's upstream include file."""
+"""Filters frontdoor_upstream and frontdoor_routes: the front door's upstream and allowlist."""
 
 from ansible.errors import AnsibleFilterError
 
@@ -21,8 +21,18 @@ def _frontdoor_upstream(port=None, model=None, host="127.0.0.1"):
         raise AnsibleFilterError(f"frontdoor_upstream wants a port number or none: {exc}") from exc
 
 
+def _frontdoor_routes(routes):
+    """vllm_frontdoor_api_routes, checked (module_utils/frontdoor.py: api_routes)."""
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import api_routes
+
+    try:
+        return api_routes(routes)
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
 class FilterModule:
     """vllm_fleet.fleet front door filters."""
 
     def filters(self):
-        return {"frontdoor_upstream": _frontdoor_upstream}
+        return {"frontdoor_upstream": _frontdoor_upstream, "frontdoor_routes": _frontdoor_routes}

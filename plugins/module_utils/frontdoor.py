@@ -416,3 +416,57 @@ def drain(base_url, timeout_s, request=urllib_request, clock=time.monotonic, sle
         if clock() - start >= timeout_s:
             return outcome
         sleep(interval_s)
+
+
+# The paths the front door serves itself or always forwards: not for api_routes().
+FIXED_ROUTES = ("/health", "/metrics", "/metrics/vllm-fleet")
+# vLLM's routes that must never reach the model server through the front door: they
+# control the server (sleep, pause, weights, scaling, caches, profiling, adapters, fault
+# tolerance) or tell about its inside (server_info, weight_info, kv_event_sources, load).
+# Taken from the route list of vLLM 0.32.0's API server
+# (tests/fixtures/vllm_routes/vllm-0.32.0-cpu-routes.txt: its serve.dev, rl.online,
+# elastic_ep, profile, fault_tolerance, lora and scale_out routers). /invocations is
+# SageMaker's dispatcher: it calls other routes by what the body holds, past any allowlist.
+NEVER_FORWARDED = (
+    "/abort_requests", "/collective_rpc", "/fault_tolerance", "/finish_weight_update",
+    "/get_world_size", "/inference", "/init_weight_transfer_engine", "/invocations",
+    "/is_paused", "/is_scaling_elastic_ep", "/is_sleeping", "/kv_event_sources", "/load",
+    "/pause", "/release_kv_cache_memory", "/reset_encoder_cache", "/reset_mm_cache",
+    "/reset_prefix_cache", "/resume", "/scale_elastic_ep", "/server_info",
+    "/shutdown_weight_transfer_engine", "/sleep", "/start_draft_weight_update",
+    "/start_profile", "/start_weight_update", "/stop_profile", "/update_weight_version",
+    "/update_weights", "/v1/load_lora_adapter", "/v1/unload_lora_adapter", "/wake_up",
+    "/weight_checker", "/weight_info",
+)
+# A route as nginx's exact location and proxy_pass take it: no pattern, no dot segment,
+# no empty segment, no trailing slash, nothing nginx would decode.
+_ROUTE = re.compile(r"(/[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*)+")
+
+
+def api_routes(routes):
+    """The front door's allowlist, checked: each route forwarded as it is, nothing else.
+
+    `routes` is vllm_frontdoor_api_routes, a list of paths such as "/v1/models". Raises
+    TypeError for anything but a list; ValueError naming the variable, what was wanted and
+    what was found for a path that is not plain, one of FIXED_ROUTES (always served), a
+    repeat, or a route in (or under) NEVER_FORWARDED.
+    """
+    if not isinstance(routes, (list, tuple)):
+        raise TypeError("vllm_frontdoor_api_routes must be a list of paths such as "
+                        f"/v1/models, got {type(routes).__name__} {routes!r}")
+    problems = []
+    for route in routes:
+        text = route if isinstance(route, str) else repr(route)
+        if not isinstance(route, str) or not _ROUTE.fullmatch(route):
+            problems.append(f"{text} (wanted a plain path: / then segments of A-Z a-z 0-9 _ -"
+                            " joined by / or ., no trailing /)")
+        elif route in FIXED_ROUTES:
+            problems.append(f"{route} (always served by the front door; leave it out)")
+        elif any(route == bad or route.startswith(bad + "/") for bad in NEVER_FORWARDED):
+            problems.append(f"{route} (one of vLLM's control or development routes, which the"
+                            " front door never forwards)")
+    repeats = sorted({r for r in routes if isinstance(r, str) and routes.count(r) > 1})
+    problems += [f"{r} (listed more than once)" for r in repeats]
+    if problems:
+        raise ValueError("vllm_frontdoor_api_routes: refused " + "; ".join(problems))
+    return list(routes)

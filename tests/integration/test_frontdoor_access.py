@@ -9,9 +9,11 @@ self-signed certificate made here with openssl. The cutover's FrontDoor is drive
 the same nginx (its `nginx -t` and reload are this nginx's).
 """
 
+import http.client
 import json
 import re
 import shutil
+import socket
 import ssl
 import subprocess
 import threading
@@ -29,6 +31,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import 
     upstream_conf,
 )
 from nginx_frontdoor import HAVE_NGINX, NGINX, ROLE, front_door
+from repo_paths import ROOT
 
 pytestmark = pytest.mark.skipif(
     not HAVE_NGINX,
@@ -39,6 +42,7 @@ KEY = "client-key-for-the-test-0123456789"
 OTHER = "second-client-key-abcdefghijkl"
 OWN = "own-key-of-the-front-door-0123"
 KEYS = {"vllm_frontdoor_api_keys": [KEY, OTHER]}
+ROUTES_DIR = ROOT / "tests" / "fixtures" / "vllm_routes"
 DEFAULTS = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
 PATTERN = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["__vllm_frontdoor_key_pattern"]
 METRICS = (
@@ -83,11 +87,12 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         self.server.seen.append(("GET", self.path, dict(self.headers)))
         self.server.ports.append(self.client_address[1])
-        if self.path == "/health":
+        path = self.path.split("?")[0]
+        if path == "/health":
             self._send(200, "")
-        elif self.path == "/v1/models":
+        elif path == "/v1/models":
             self._send(200, json.dumps({"object": "list", "data": [{"id": "tiny-gqa"}]}))
-        elif self.path == "/metrics":
+        elif path == "/metrics":
             self._send(200, METRICS, "text/plain; version=0.0.4")
         else:
             self._send(404, json.dumps({"error": {"message": "not found"}}))
@@ -189,8 +194,9 @@ def test_the_keys_file_is_the_keys_and_the_own_key_and_nothing_else(tmp_path, ba
     with front_door(tmp_path, up, own_key=OWN, **KEYS) as (_url, prefix):
         lines = [line for line in (prefix / "api-keys.map").read_text().splitlines()
                  if line and not line.startswith("#")]
-    # Regular expressions: nginx compares a map's plain strings case-insensitively.
-    assert lines == [f'"~^Bearer {re.escape(k)}$" 1;' for k in (KEY, OTHER, OWN)]
+    # Regular expressions: nginx compares a map's plain strings case-insensitively; the
+    # scheme alone is case-insensitive (RFC 7235), the key exact.
+    assert lines == [f'"~^(?i:bearer) +{re.escape(k)}$" 1;' for k in (KEY, OTHER, OWN)]
 
 
 @pytest.mark.parametrize("key", [
@@ -427,3 +433,312 @@ def test_a_hold_stages_another_upstream_behind_it_and_a_model_servers_own_503_pa
     assert passed[0] == 503
     assert json.loads(passed[2])["error"]["code"] == "vllm_own"
     assert "Retry-After" not in passed[1]
+
+
+# -- issue 32: only the allowlist reaches the model, and only as it was matched ----------------
+
+ROUTES_FILE = ROUTES_DIR / "vllm-0.32.0-cpu-routes.txt"
+# The front door's own answers for everything it does not forward (OpenAI's error shape).
+NOT_FOUND = ("not_found_error", "not_found", None)
+
+
+def vllm_routes():
+    """(method, path) of every route in vLLM 0.32.0's list; {response_id} filled, WS as GET."""
+    routes = []
+    for line in ROUTES_FILE.read_text().splitlines():
+        if not line or line.startswith("#"):
+            continue
+        method, path = line.split()[:2]
+        routes.append(("GET" if method == "WS" else method,
+                       path.replace("{response_id}", "resp_0123456789abcdef")))
+    return routes
+
+
+def raw(url, method, target, key=None, scheme="Bearer", body=None):
+    """(status, headers, body) of one request whose target goes out byte for byte.
+
+    http.client sends the target as given (urllib would resolve /../ and //), from
+    127.0.0.1 (the role's limits do not count it).
+    """
+    host, port = url.split("://")[1].split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    headers = {"Content-Type": "application/json"}
+    if key is not None:
+        headers["Authorization"] = f"{scheme} {key}"
+    if method == "POST":
+        body = body if body is not None else b"{}"
+    try:
+        conn.request(method, target, body=body, headers=headers)
+        resp = conn.getresponse()
+        return resp.status, dict(resp.headers), resp.read().decode()
+    finally:
+        conn.close()
+
+
+def _error(body):
+    error = json.loads(body)["error"]
+    return error["type"], error["code"], error["param"]
+
+
+def test_vllm_routes_the_fixture_lists_all_of_them():
+    """The parse is of the real list (tests/fixtures/vllm_routes/SOURCE.md): 74 routes."""
+    routes = vllm_routes()
+    assert len(routes) == 74
+    assert ("POST", "/collective_rpc") in routes
+    assert ("GET", "/v1/responses/resp_0123456789abcdef") in routes
+    assert ("GET", "/metrics") in routes
+
+
+def test_of_every_vllm_route_only_the_allowlist_reaches_the_model_with_a_key_or_without(
+        tmp_path, backend):
+    """Each route vLLM 0.32.0 can register (tests/fixtures/vllm_routes/), through the front door
+    with a valid key and without one. Forwarded: the role's vllm_frontdoor_api_routes
+    (/v1/chat/completions, /v1/completions, /v1/models), /health and /metrics; the rest
+    (/pause, /collective_rpc, /update_weights, /scale_elastic_ep, /sleep, /wake_up, ...)
+    get the front door's own 404 in OpenAI's shape and the model server sees nothing of them.
+    Before issue 32 every one of them was forwarded with a key (`location /`).
+    """
+    allowed = {("POST", "/v1/chat/completions"), ("POST", "/v1/completions"),
+               ("GET", "/v1/models"), ("GET", "/health"), ("GET", "/metrics")}
+    routes = vllm_routes()
+    up = upstream_conf(backend.server_address[1], model="tiny_gqa")
+    with front_door(tmp_path, up, own_key=OWN, **KEYS) as (url, _prefix):
+        keyed = {(m, p): raw(url, m, p, KEY) for m, p in routes}
+        seen_keyed = [(m, p) for m, p, _h in backend.seen]
+        backend.seen.clear()
+        keyless = {(m, p): raw(url, m, p) for m, p in routes}
+        seen_keyless = [(m, p) for m, p, _h in backend.seen]
+    assert sorted(seen_keyed) == sorted(allowed)
+    assert seen_keyless == [("GET", "/health")]
+    for route in routes:
+        status, headers, body = keyed[route]
+        if route in allowed:
+            assert status == 200, route
+            continue
+        assert (status, headers["Content-Type"], _error(body)) == (
+            404, "application/json", NOT_FOUND), route
+        status, headers, body = keyless[route]
+        assert (status, _error(body)) == (404, NOT_FOUND), route
+    for route in allowed - {("GET", "/health")}:
+        status, _h, body = keyless[route]
+        assert (status, _error(body)[1]) == (401, "invalid_api_key"), route
+
+
+@pytest.mark.parametrize("target", [
+    "/metrics/../health",  # nginx matched /health; vLLM's /metrics Mount took the raw path
+    "/metrics%2F..%2Fhealth",
+    "/metrics/%2e%2e/health",
+    "/health/../metrics",
+    "/%68ealth",
+    "//v1/models",
+    "/v1//models",
+    "/v1/models/",
+    "/v1/models/.",
+    "/V1/MODELS",
+    "/v1/%6dodels",
+    "/v1/chat/completions/../../pause",
+    "/v1/models/../../collective_rpc",
+    "/metrics/vllm-fleet/../../sleep",
+    "/metrics/",
+    "/metrics/vllm:num_requests_running",
+])
+def test_no_spelling_of_a_path_reaches_another_route(tmp_path, backend, target):
+    """Sent raw (http.client): the front door answers 401 or 404 itself, and the model server
+    sees nothing. nginx matches locations on the normalised path (dots resolved, slashes
+    merged, %-escapes decoded) but proxy_pass without a URI forwarded the raw one, which
+    vLLM routes by its own rules (its /metrics is a Starlette Mount: every path under it).
+    """
+    up = upstream_conf(backend.server_address[1], model="tiny_gqa")
+    with front_door(tmp_path, up, own_key=OWN, **KEYS) as (url, _prefix):
+        answers = [raw(url, "GET", target), raw(url, "GET", target, KEY),
+                   raw(url, "POST", target, KEY)]
+    for status, _headers, body in answers:
+        assert status in (401, 404), (target, status, body)
+        assert _error(body)[1] in ("invalid_api_key", "not_found")
+    assert backend.seen == []
+
+
+def test_query_strings_of_allowed_routes_pass_and_the_path_forwarded_is_the_one_matched(
+        tmp_path, backend):
+    up = upstream_conf(backend.server_address[1], model="tiny_gqa")
+    with front_door(tmp_path, up, own_key=OWN, **KEYS) as (url, _prefix):
+        answers = [raw(url, "GET", "/v1/models?limit=1&order=asc", KEY),
+                   raw(url, "GET", "/health?probe=balancer"),
+                   raw(url, "GET", "/metrics?name[]=vllm:num_requests_running", KEY)]
+    assert [a[0] for a in answers] == [200, 200, 200]
+    assert [(m, p) for m, p, _h in backend.seen] == [
+        ("GET", "/v1/models?limit=1&order=asc"), ("GET", "/health?probe=balancer"),
+        ("GET", "/metrics?name[]=vllm:num_requests_running")]
+
+
+def test_the_scheme_is_case_insensitive_and_the_key_is_exact(tmp_path, backend):
+    """RFC 7235, section 2.1: the auth-scheme is case-insensitive, followed by 1*SP. The
+    balancer (HAProxy) took "bearer"; the front door refused it (issue 32, finding 8)."""
+    up = upstream_conf(backend.server_address[1], model="tiny_gqa")
+    with front_door(tmp_path, up, own_key=OWN, **KEYS) as (url, _prefix):
+        taken = [raw(url, "GET", "/v1/models", KEY, scheme)[0]
+                 for scheme in ("Bearer", "bearer", "BEARER", "bEaReR", "Bearer ")]
+        refused = [raw(url, "GET", "/v1/models", key, scheme)
+                   for scheme, key in (("bearer", KEY.upper()), ("BEARER", KEY.upper()),
+                                       ("Bearer", KEY[:-1] + "X"), ("Basic", KEY),
+                                       ("Bearerx", KEY), ("bearer", KEY + " x"))]
+    assert taken == [200] * 5
+    for status, headers, body in refused:
+        assert status == 401
+        assert headers["WWW-Authenticate"] == 'Bearer realm="vllm-fleet"'
+        assert _error(body)[1] == "invalid_api_key"
+    assert len(backend.seen) == 5
+
+
+def test_the_server_header_names_no_version(tmp_path, backend):
+    up = upstream_conf(backend.server_address[1], model="tiny_gqa")
+    with front_door(tmp_path, up, own_key=OWN, **KEYS) as (url, _prefix):
+        answers = [raw(url, "GET", "/v1/models", KEY), raw(url, "GET", "/v1/models"),
+                   raw(url, "GET", "/nothing-here", KEY), raw(url, "GET", "/health")]
+    assert [a[0] for a in answers] == [200, 401, 404, 200]
+    assert [a[1]["Server"] for a in answers] == ["nginx"] * 4
+
+
+def test_a_client_over_its_rate_gets_429_in_openais_shape_and_the_exempt_do_not(
+        tmp_path, backend):
+    """limit_req per client address (vllm_frontdoor_limit_rate, _burst): here 1 a second with
+    a burst of 2, so of 5 requests at once from 127.0.0.2 three pass; 127.0.0.1 is in
+    vllm_frontdoor_limit_exempt (the host's own checks; balancers go there too)."""
+    up = upstream_conf(backend.server_address[1], model="tiny_gqa")
+    with front_door(tmp_path, up, own_key=OWN, vllm_frontdoor_limit_rate=1,
+                    vllm_frontdoor_limit_burst=2, **KEYS) as (url, _prefix):
+        port = int(url.rsplit(":", 1)[1])
+        limited = []
+        for _request in range(5):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10,
+                                              source_address=("127.0.0.2", 0))
+            conn.request("GET", "/v1/models", headers={"Authorization": f"Bearer {KEY}"})
+            resp = conn.getresponse()
+            limited.append((resp.status, resp.getheader("Retry-After"), resp.read().decode()))
+            conn.close()
+        exempt = [raw(url, "GET", "/v1/models", KEY)[0] for _request in range(5)]
+    assert [s for s, _r, _b in limited] == [200, 200, 200, 429, 429]
+    for _s, retry_after, body in limited[3:]:
+        assert retry_after == "1"
+        assert _error(body) == ("rate_limit_error", "rate_limit_exceeded", None)
+    assert exempt == [200] * 5
+    assert len(backend.seen) == 8
+
+
+SLOW_CONNECTIONS = 64  # the test nginx's worker_connections (tests/nginx_frontdoor.py)
+
+
+def test_keyless_clients_holding_every_connection_lock_a_keyed_client_out_for_seconds_at_most(
+        tmp_path, backend):
+    """worker_connections + 20 clients that each send half a request line and stop; a client
+    with a key is answered within 5 s (issue 32, finding 5: 788 such clients locked a keyed
+    client out for a minute, nginx's 60 s client_header_timeout).
+
+    nginx's limit_conn and limit_req count requests, which these never become: while they
+    hold every connection nginx accepts a new one and closes it at once ("worker_connections
+    are not enough"). What frees the connections is client_header_timeout (the role's 3 s):
+    the keyed client retries a refused connection every 0.2 s, as clients do (OpenAI's SDK
+    retries connection errors), and is answered once the slow ones are dropped. The slow
+    clients connect 10 ms apart, then 0.3 s pass, so nginx has read each one's half line (a
+    connection nginx has read nothing from is one it may close to make room, which would
+    hide the lock-out). The limits per address count none of this, so the keyed client comes
+    from 127.0.0.1 like the slow ones.
+    Measured before the change: still refused after 15 s.
+    """
+    up = upstream_conf(backend.server_address[1], model="tiny_gqa")
+    slow = []
+    with front_door(tmp_path, up, own_key=OWN,
+                    vllm_frontdoor_worker_connections=SLOW_CONNECTIONS, **KEYS) as (url, prefix):
+        port = int(url.rsplit(":", 1)[1])
+        try:
+            for _client in range(SLOW_CONNECTIONS + 20):
+                sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+                sock.sendall(b"GET /v1/chat/compl")
+                slow.append(sock)
+                time.sleep(0.01)
+            time.sleep(0.3)  # nginx reads the last ones' half lines (well inside the 3 s)
+            start = time.monotonic()
+            answer, refusals = None, 0
+            while answer is None and time.monotonic() - start < 5:
+                try:
+                    answer = raw(url, "GET", "/v1/models", KEY)
+                except (OSError, http.client.HTTPException):
+                    refusals += 1
+                    time.sleep(0.2)
+            waited = time.monotonic() - start
+        finally:
+            for sock in slow:
+                sock.close()
+        log = (prefix / "logs" / "error.log").read_text()
+    assert answer is not None, f"no answer within 5 s ({refusals} connections refused)"
+    assert answer[0] == 200
+    assert waited < 5
+    assert refusals > 0  # the slow clients did hold every connection ...
+    assert "worker_connections are not enough" in log  # ... as nginx says
+
+
+class Holding(Handler):
+    """A model server whose completions wait until the test releases them (long generations)."""
+
+    def do_POST(self):
+        self.server.seen.append(("POST", self.path, dict(self.headers)))
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.server.release.wait(10)
+        self._send(200, json.dumps({"choices": [{"index": 0, "text": "hi"}]}))
+
+
+def test_a_client_over_its_connections_gets_429_while_its_requests_run(tmp_path):
+    """limit_conn per client address (vllm_frontdoor_limit_connections), here 2: with two
+    generations running from 127.0.0.2 its third request is refused at once, in OpenAI's shape;
+    127.0.0.1 (exempt) still gets in, and 127.0.0.2 does again once one has finished."""
+    holding = Backend()
+    holding.RequestHandlerClass = Holding
+    holding.release = threading.Event()
+    threading.Thread(target=holding.serve_forever, daemon=True).start()
+    body = json.dumps({"model": "tiny-gqa", "prompt": "hi"}).encode()
+    request = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode()
+               + b"\r\nContent-Type: application/json\r\nContent-Length: "
+               + str(len(body)).encode() + b"\r\n\r\n" + body)
+    running = []
+    try:
+        up = upstream_conf(holding.server_address[1], model="tiny_gqa")
+        with front_door(tmp_path, up, own_key=OWN, vllm_frontdoor_limit_connections=2,
+                        **KEYS) as (url, _prefix):
+            port = int(url.rsplit(":", 1)[1])
+            for _request in range(2):
+                sock = socket.create_connection(("127.0.0.1", port), timeout=10,
+                                                source_address=("127.0.0.2", 0))
+                sock.sendall(request)
+                running.append(sock)
+            deadline = time.monotonic() + 5
+            while len(holding.seen) < 2 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            third = socket.create_connection(("127.0.0.1", port), timeout=10,
+                                             source_address=("127.0.0.2", 0))
+            third.sendall(request)
+            refused = third.recv(4096).decode()
+            third.close()
+            exempt = raw(url, "GET", "/v1/models", KEY)[0]
+            holding.release.set()
+            done = running[0].recv(4096).decode()
+            again = socket.create_connection(("127.0.0.1", port), timeout=10,
+                                             source_address=("127.0.0.2", 0))
+            again.sendall(request)
+            after = again.recv(4096).decode()
+            again.close()
+    finally:
+        holding.release.set()
+        for sock in running:
+            sock.close()
+        holding.shutdown()
+        holding.server_close()
+    assert refused.startswith("HTTP/1.1 429 ")
+    assert "Retry-After: 1\r\n" in refused
+    assert _error(refused.split("\r\n\r\n", 1)[1]) == (
+        "rate_limit_error", "rate_limit_exceeded", None)
+    assert exempt == 200
+    assert done.startswith("HTTP/1.1 200 ")
+    assert after.startswith("HTTP/1.1 200 ")
+    # the refused one never reached the model
+    assert [p for _m, p, _h in holding.seen] == [
+        "/v1/completions", "/v1/completions", "/v1/models", "/v1/completions"]
