@@ -479,7 +479,7 @@ def make_certificates(folder):
 
 
 class TLSDoor(FrontDoor):
-    """A stand-in front door behind TLS (vllm_frontdoor_tls), its certificate for frontdoor.test."""
+    """A stand-in front door behind TLS (vllm_frontdoor_tls_certificate): for frontdoor.test."""
 
     def __init__(self, name, pool, certificate, key):
         super().__init__(name, pool)
