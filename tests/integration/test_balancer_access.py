@@ -335,6 +335,8 @@ def test_one_address_gets_429_past_its_request_rate(tmp_path, doors):
     readiness probe of tests/haproxy_balancer.py, a connection without a request, counts)."""
     limit = 6
     with balancer(tmp_path, **settings(doors, vllm_balancer_client_requests_per_10s=limit)) as bal:
+        # the readiness probe of tests/haproxy_balancer.py has left, and is counted
+        wait_for(lambda: table_count(bal, "conn_cur") == 0, "no connection counted")
         counted = table_count(bal, r"http_req_rate\(10000\)")
         within = [raw(bal, "GET", "/v1/models", KEY)[0] for _n in range(limit - counted - 1)]
         within.append(raw(bal, "GET", "/v1/models")[0])
