@@ -100,6 +100,7 @@ class Balancer:
     config: Path
     values: dict
     runtime: "Runtime"
+    pid: int
 
     @property
     def stats_url(self):
@@ -127,7 +128,7 @@ def balancer(tmp_path, **overrides):
             assert proc.poll() is None, (folder / "haproxy.log").read_text()
             assert time.monotonic() < deadline, "haproxy did not listen within 10 s"
             time.sleep(0.05)
-        yield Balancer(f"http://127.0.0.1:{port}", folder, config, values, runtime)
+        yield Balancer(f"http://127.0.0.1:{port}", folder, config, values, runtime, proc.pid)
     finally:
         proc.terminate()
         proc.wait(timeout=10)
