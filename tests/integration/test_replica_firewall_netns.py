@@ -150,7 +150,7 @@ def connect(ns, host, port, source="", uid=0):
 
 
 def test_the_table_is_the_rendered_one(namespaces):
-    server_ns, _ = namespaces
+    server_ns = namespaces[0]
     listed = _run("ip", "netns", "exec", server_ns, "nft", "list", "table", "inet",
                   "vllm_fleet_replicas").stdout
     assert "elements = { 0, 4242 }" in listed
@@ -161,20 +161,20 @@ def test_the_table_is_the_rendered_one(namespaces):
 @pytest.mark.parametrize("port", [29501, 40000])
 def test_on_this_host_only_the_vllm_user_and_root_reach_the_distributed_ports(
         namespaces, host, port):
-    server_ns, _ = namespaces
+    server_ns = namespaces[0]
     assert connect(server_ns, host, port, uid=VLLM_UID) == "accepted"
     assert connect(server_ns, host, port, uid=0) == "accepted"
     assert connect(server_ns, host, port, uid=OTHER_UID) == "refused"
 
 
 def test_another_local_user_still_reaches_ports_outside_the_table(namespaces):
-    server_ns, _ = namespaces
+    server_ns = namespaces[0]
     assert connect(server_ns, "127.0.0.1", 8001, uid=OTHER_UID) == "accepted"
 
 
 @pytest.mark.parametrize("port", [29501, 40000])
 def test_the_peer_is_accepted_and_another_address_dropped(namespaces, port):
-    _, peer_ns = namespaces
+    peer_ns = namespaces[1]
     assert connect(peer_ns, "172.31.250.11", port, source="172.31.250.12") == "accepted"
     # Dropped, not refused: nothing answers (the client's 3 s timeout).
     assert connect(peer_ns, "172.31.250.11", port, source="172.31.250.99") == "timeout"
