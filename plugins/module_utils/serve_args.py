@@ -70,6 +70,10 @@ PRODUCT_OPTIONS = {
     "enable-sleep-mode": ("it adds /sleep and /wake_up, which put a model to sleep behind the "
                           "product's back"),
     "config": "it reads options from a file, past these checks",
+    "uds": "it serves the API on a Unix socket, past the front door",
+    "grpc-port": "it opens a second (gRPC) API port, past the front door's routes and keys",
+    "allowed-local-media-path": ("clients could read the host's files through it (vLLM's "
+                                 "security guide); send media inline"),
 }
 # The boolean ones also take `--no-<name>`.
 _NEGATABLE = ("enable-server-load-tracking", "enable-sleep-mode")

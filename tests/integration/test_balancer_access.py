@@ -411,7 +411,9 @@ def test_the_never_forwarded_paths_are_vllms_control_and_dev_routes():
               and not line.split()[1].endswith("/generate")}
     assert {"/pause", "/collective_rpc", "/update_weights", "/scale_elastic_ep", "/sleep",
             "/wake_up"} <= wanted
-    assert set(never) == wanted | {"/health"}
+    # each is on the list or under a path that is (/fault_tolerance, /inference)
+    assert all(any(path == n or path.startswith(n + "/") for n in never) for path in wanted)
+    assert {"/invocations", "/load", "/kv_event_sources", "/health", "/metrics"} <= set(never)
     assert not {path for _method, path in ALLOWED} & set(never)
 
 
@@ -450,18 +452,22 @@ def test_a_route_list_that_would_expose_a_control_route_is_refused_before_anythi
                               "POST /tokenize", "POST /detokenize", "GET /v1/models"])
     bad = preflight(tmp_path, ["POST /v1/chat/completions", "POST /pause", "POST /wake_up",
                                "GET /v1/models/../x", "POST //v1/completions", "PUT /v1/models",
-                               "GET /health", "POST /v1/completions/"])
+                               "GET /health", "POST /v1/completions/", "POST /invocations",
+                               "POST /sleep/x", "GET /metrics/vllm-fleet"])
     empty = preflight(tmp_path, [])
     assert ok[0] == 0, ok[1][-3000:]
     assert bad[0] == 2
     assert ('vllm_balancer_routes: wanted a list of "METHOD /path" (GET or POST, then an exact '
             "path of letters, digits, . _ ~ - segments, none a dot segment, no trailing /), each "
-            "once, none of vLLM's control or dev routes nor /health (the balancer's own); found "
+            "once, none of vLLM's control or dev routes, /health (the balancer's own) or "
+            "/metrics, nor a path under them; found "
             '["POST /v1/chat/completions", "POST /pause", "POST /wake_up", "GET /v1/models/../x", '
-            '"POST //v1/completions", "PUT /v1/models", "GET /health", "POST /v1/completions/"], '
+            '"POST //v1/completions", "PUT /v1/models", "GET /health", "POST /v1/completions/", '
+            '"POST /invocations", "POST /sleep/x", "GET /metrics/vllm-fleet"], '
             'of which not routes: ["GET /v1/models/../x", "POST //v1/completions", '
             '"PUT /v1/models", "POST /v1/completions/"], of which never forwarded: '
-            '["POST /pause", "POST /wake_up", "GET /health"].') in bad[1]
+            '["POST /pause", "POST /wake_up", "GET /health", "POST /invocations", '
+            '"POST /sleep/x", "GET /metrics/vllm-fleet"].') in bad[1]
     assert empty[0] == 2
     assert "found an empty list." in empty[1]
 

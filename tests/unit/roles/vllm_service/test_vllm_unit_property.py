@@ -37,7 +37,7 @@ OPTION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 # here apart from module_utils/serve_args.py.
 OWNED_FORMS = ["host", "port", "served-model-name", "model", "enable-server-load-tracking",
                "no-enable-server-load-tracking", "api-key", "enable-sleep-mode",
-               "no-enable-sleep-mode", "config"]
+               "no-enable-sleep-mode", "config", "uds", "grpc-port", "allowed-local-media-path"]
 OWNED_ENV = {"VLLM_SERVER_DEV_MODE", "VLLM_API_KEY", "VLLM_ALLOW_RUNTIME_LORA_UPDATING",
              "VLLM_USE_RUST_FRONTEND", "VLLM_RUST_FRONTEND_PATH"}
 
