@@ -9,6 +9,21 @@ model list, one completion: health.check_once, the gate the cutover uses) and
 keeps a count of consecutive failures in a state file. After `failures` of
 them in a row it restarts the unit and says why on stdout (the journal).
 
+Busy is not dead. Each run also reads the model server's /metrics (vLLM's
+gauges vllm:num_requests_running and vllm:num_requests_waiting, and its
+monotone counters of engine steps, vllm:iteration_tokens_total_count, and
+of tokens, vllm:generation_tokens_total and vllm:prompt_tokens_total; all
+in vLLM 0.32's page) and keeps the reading, with the unit's InvocationID and
+the time, in the state file. A failed gate while any of those counters rose
+since the last reading of this start (or, with none kept, since a reading
+taken just before the gate) is `busy`: said on stdout with the figures, the
+failure count does not grow, and nothing is restarted however slow the
+answer (a saturated server answers the probe's completion after its queue).
+A failure counts only when the engine made no progress: counters flat (an
+idle server or a stalled engine, whatever its gauges say), or /metrics
+unreadable (a dead API server). A busy run does not end the row of failed
+probes (no answer came); an answer does.
+
 It never restarts:
   - a unit a cutover is acting on: the cutover holds the host's switch lock
     (an flock, switch_lock.py: it dies with its holder, so it is never stale),
@@ -55,10 +70,21 @@ except ImportError:  # on the host: shipped beside health.py and switch_lock.py 
     from switch_lock import describe, in_progress  # type: ignore[no-redef]
 
 OK, FAILED, SKIPPED, RESTARTED, IDLE = "ok", "failed", "skipped", "restarted", "idle"
+# The gate failed while the engine made progress: not counted (see above).
+BUSY = "busy"
 # A replica's worker started or stopped by its watch (replica_watch.py).
 STARTED, STOPPED = "started", "stopped"
 SHOW = ("LoadState", "ActiveState", "SubState", "InvocationID", "ActiveEnterTimestampMonotonic")
 TRANSITIONS = ("activating", "deactivating", "reloading", "refreshing")
+# vLLM's monotone counters (vLLM 0.32's /metrics, summed over engines and label sets) and
+# what the journal calls them: any of them rising means the engine stepped. Not
+# vllm:request_success_total: it counts aborted requests too (finished_reason="abort").
+PROGRESS = (("vllm:iteration_tokens_total_count", "iterations"),
+            ("vllm:generation_tokens_total", "generation tokens"),
+            ("vllm:prompt_tokens_total", "prompt tokens"))
+RUNNING, WAITING = "vllm:num_requests_running", "vllm:num_requests_waiting"
+METRICS_TIMEOUT_S = 10.0
+HTTP_OK = 200
 
 
 class Settings:
@@ -79,7 +105,7 @@ class Settings:
 
 
 class Outcome:
-    """What one run decided: `verdict` (ok, failed, skipped, restarted, idle), the line for
+    """What one run decided: `verdict` (ok, failed, busy, skipped, restarted, idle), the line for
     the journal (empty when there is nothing to say) and the state to keep."""
 
     def __init__(self, verdict, message, state):
@@ -163,15 +189,76 @@ def _unit_skip(unit, props, error, state):
     return None
 
 
+def parse_metrics(text):
+    """{metric: sum of its samples over all label sets} from Prometheus text exposition."""
+    totals = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, brace, rest = line.partition("{")
+        if brace:
+            rest = rest.rpartition("}")[2]
+        else:
+            name, _sep, rest = line.partition(" ")
+        fields = rest.split()
+        try:
+            value = float(fields[0])
+        except (ValueError, IndexError):
+            continue
+        totals[name.strip()] = totals.get(name.strip(), 0.0) + value
+    return totals
+
+
+def read_progress(url, request, timeout):
+    """(reading, error): vLLM's running and waiting requests and its progress counters from
+    url/metrics; reading is None (and error says why) when they cannot be read."""
+    res = request("GET", url.rstrip("/") + "/metrics", timeout=timeout)
+    if res.status != HTTP_OK:
+        return None, f"/metrics answered {res.error or f'HTTP {res.status}'}"
+    totals = parse_metrics(res.body)
+    counters = {name: totals[name] for name, _label in PROGRESS if name in totals}
+    if not counters:
+        return None, "/metrics has none of vLLM's progress counters"
+    return {"running": int(totals.get(RUNNING, 0)), "waiting": int(totals.get(WAITING, 0)),
+            "counters": counters}, ""
+
+
+def progress(before, after):
+    """(advanced, figures): whether any counter rose from `before` to `after` (readings), and
+    the figures for the journal."""
+    rises = [(label, after["counters"][name] - before["counters"][name])
+             for name, label in PROGRESS
+             if name in after["counters"] and name in before["counters"]]
+    advanced = any(rise > 0 for _label, rise in rises) and all(rise >= 0 for _l, rise in rises)
+    seconds = max(0.0, after["at"] - before["at"])
+    counts = ", ".join(f"+{rise:.0f} {label}" for label, rise in rises)
+    return advanced, (f"in {seconds:.0f} s: running {after['running']}, waiting "
+                      f"{after['waiting']}; {counts}")
+
+
 def _probe_active(settings, active, props, state, request, monotonic):
-    """(Outcome, None) when the probe settles it (healthy, or starting), else (None, why)."""
+    """(Outcome, None) when the probe settles it (healthy, starting, busy), else (None, why)."""
     unit = active["unit"]
+    invocation = props.get("InvocationID")
+    timeout = min(settings.timeout_s, METRICS_TIMEOUT_S)
+    kept = state.get("progress") or {}
+    before = kept if kept.get("invocation") == invocation and "at" in kept else None
+    if before is None:  # nothing kept of this start: this run's own interval, then
+        before, _error = read_progress(active["url"], request, timeout)
+        if before is not None:
+            before["at"] = monotonic()
     ok, stage, detail = check_once(active["url"], active["served_model_name"],
                                    settings.smoke_prompt, request=request,
                                    timeout=settings.timeout_s)
+    reading, error = read_progress(active["url"], request, timeout)
+    if reading is not None:
+        reading.update(at=monotonic(), invocation=invocation)
+        state = dict(state, progress=reading)
     if ok:
-        recovered = state.get("failures", 0) > 0
-        state = dict(state, failures=0, healthy_invocation=props.get("InvocationID"))
+        recovered = state.get("failures", 0) > 0 or "busy" in state
+        state = dict(state, failures=0, healthy_invocation=invocation)
+        state.pop("busy", None)
         return Outcome(OK, f"{unit}: healthy again ({detail})" if recovered else "", state), None
     limit = active.get("startup_timeout_s", 900)
     up_s = startup_window(props, monotonic(), limit, state.get("healthy_invocation"))
@@ -179,7 +266,19 @@ def _probe_active(settings, active, props, state, request, monotonic):
         return Outcome(SKIPPED, (f"{unit}: starting ({up_s:.0f} s of its {limit} s startup "
                                  f"window, not healthy yet: {stage}: {detail}); not counted"),
                        dict(state, failures=0)), None
-    return None, f"failed its health probe at {stage}: {detail}"
+    failed = f"failed its health probe at {stage}: {detail}"
+    if reading is None:
+        return None, f"{failed}; no progress known: {error}"
+    if before is None:
+        return None, f"{failed}; no progress known: no earlier /metrics reading of this start"
+    advanced, figures = progress(before, reading)
+    if not advanced:
+        return None, f"{failed}; no progress {figures}"
+    count = state.get("failures", 0)
+    busy = {"running": reading["running"], "waiting": reading["waiting"], "figures": figures}
+    return Outcome(BUSY, (f"{unit}: busy, not counted: it {failed}, but its engine made progress "
+                          f"{figures} (failure count stays {count} of {settings.failures})"),
+                   dict(state, busy=busy)), None
 
 
 def decide(settings, record, state, *, run_command, request, wall, monotonic, stat=os.stat):
@@ -209,6 +308,7 @@ def decide(settings, record, state, *, run_command, request, wall, monotonic, st
     else:
         why = (f"is {props.get('ActiveState')} ({props.get('SubState')}) while the deployment "
                f"record names it the active model")
+    state.pop("busy", None)
     failures = state.get("failures", 0) + 1
     if failures < settings.failures:
         state["failures"] = failures

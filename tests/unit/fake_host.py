@@ -9,7 +9,11 @@ sends (`systemctl show/start/stop/restart/enable/disable/reset-failed`,
 URL the way a vLLM server does: connection refused until its unit is active
 and has loaded, then /health, /v1/models, /v1/completions and /metrics (vLLM's
 Prometheus gauges of running and waiting requests, per engine, from the
-unit's requests in flight).
+unit's requests in flight). A unit with `real_metrics` answers /metrics with
+a real vLLM 0.32 page (tests/fixtures/vllm_metrics/) whose gauges and
+progress counters are its own: with `steps_per_s`, its engine steps while it
+has requests running (one generated token per running request per step), on
+the fake clock.
 
 With `host.frontdoor(...)` it also holds nginx as the front door: `nginx -t`
 and `systemctl reload nginx` read the upstream include file, and HTTP to the
@@ -43,6 +47,9 @@ WRONG_MODEL = "wrong_model"  # healthy, but serves another model name
 ZERO_TOKENS = "zero_tokens"  # healthy, lists the model, completes with 0 tokens
 NOT_JSON = "not_json"        # /v1/models answers 200 with an HTML page
 STALLED = "stalled"          # engine stopped: /health and /v1/models 200, completions time out
+# engine saturated and stepping: /health and /v1/models 200, a completion waits in the queue
+# past the client's timeout (the fake clock moves on by it) and times out
+SATURATED = "saturated"
 
 NGINX_CONF = "/etc/nginx/nginx.conf"
 NGINX_OK = (f"nginx: the configuration file {NGINX_CONF} syntax is ok\n"
@@ -54,6 +61,9 @@ METRICS = (
     ("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage."),
     ("vllm:request_success_total", "counter", "Count of successfully processed requests."),
 )
+# a real vLLM 0.32 page (SOURCE.md there); real_metrics units substitute their numbers into it
+REAL_PAGE = Path(__file__).parents[1] / "fixtures" / "vllm_metrics" / \
+    "vllm-0.32.0-cpu-tiny-gqa-idle.txt"
 FRONTDOOR_503 = json.dumps({"error": {
     "message": "No model is serving right now (a model switch is in progress). "
                "Retry after 5 seconds.",
@@ -64,8 +74,12 @@ class FakeUnit:
     def __init__(self, name, url=None, served=None, *, installed=True, active=False,
                  behaviour=HEALTHY, warmup_s=0.0, journal=(), port=None, engines=1,
                  max_running=256, worker_pids=(), prints=(), behaviour_after_restart=None,
-                 release_s=0.0, exit_s=0.0):
+                 release_s=0.0, exit_s=0.0, steps_per_s=0.0, real_metrics=False):
         self.name = name
+        # the engine's progress: steps per second while requests run, and its counters
+        self.steps_per_s = steps_per_s
+        self.real_metrics = real_metrics
+        self.iterations = self.generation_tokens = 0
         # After SIGTERM (a stop): seconds until the worker processes are gone, and until the
         # main process has exited too and the unit is inactive (systemctl stop returns then).
         self.release_s = release_s
@@ -110,12 +124,13 @@ class FakeUnit:
         if not self.installed:
             return {"LoadState": "not-found", "ActiveState": "inactive", "SubState": "dead",
                     "NRestarts": "0", "UnitFileState": "", "MainPID": "0", "ControlGroup": "",
-                    "InvocationID": ""}
+                    "InvocationID": "", "ActiveEnterTimestampMonotonic": "0"}
         return {"LoadState": "loaded", "ActiveState": self.active_state,
                 "SubState": self.sub_state, "NRestarts": str(self.n_restarts),
                 "UnitFileState": "enabled" if self.enabled else "disabled",
                 "MainPID": str(self.main_pid), "ControlGroup": self.cgroup(),
-                "InvocationID": self.invocation}
+                "InvocationID": self.invocation,
+                "ActiveEnterTimestampMonotonic": str(int((self.started_at or 0.0) * 1e6))}
 
     def cgroup(self):
         """systemd's ControlGroup: set while the unit has processes, empty once it stopped."""
@@ -131,8 +146,34 @@ class FakeUnit:
         """/load's server_load at fake time `now`: requests in the engine and stream tails."""
         return sum(1 for done in self.inflight + self.tails if done > now)
 
+    def step(self, now, seconds):
+        """The engine's steps over `seconds` from `now` (a stalled or hung one makes none)."""
+        running, _waiting = self.load(now)
+        if (self.active_state != "active" or self.behaviour not in (HEALTHY, SATURATED)
+                or not running):
+            return
+        steps = int(self.steps_per_s * seconds)
+        self.iterations += steps
+        self.generation_tokens += steps * running
+
+    def real_page(self, now):
+        """The real vLLM 0.32 page with this unit's gauges, counters and model name."""
+        running, waiting = self.load(now)
+        values = {"vllm:num_requests_running": running, "vllm:num_requests_waiting": waiting,
+                  "vllm:generation_tokens_total": self.generation_tokens,
+                  "vllm:prompt_tokens_total": 0,
+                  "vllm:iteration_tokens_total_count": self.iterations}
+        lines = []
+        for real in REAL_PAGE.read_text().splitlines():
+            name = real.split("{", 1)[0]
+            line = f"{real.rsplit(' ', 1)[0]} {float(values[name])!r}" if name in values else real
+            lines.append(line.replace('model_name="tiny-gqa"', f'model_name="{self.served}"'))
+        return "\n".join(lines) + "\n"
+
     def metrics(self, now):
         """/metrics as vLLM's prometheus_client exposition writes it: one sample per engine."""
+        if self.real_metrics:
+            return self.real_page(now)
         running, waiting = self.load(now)
         done = len(self.inflight) - running - waiting
         values = {"vllm:num_requests_running": running, "vllm:num_requests_waiting": waiting,
@@ -197,6 +238,12 @@ class FakeHost:
 
     def sleep(self, seconds):
         self.sleeps.append(seconds)
+        self._tick(seconds)
+
+    def _tick(self, seconds):
+        """The fake clock moves on by `seconds`: engines step, stopping units move on."""
+        for unit in self.units.values():
+            unit.step(self.now, seconds)
         self.now += seconds
         self._stopping()
 
@@ -238,8 +285,11 @@ class FakeHost:
             return self.nginx.reload()
         if self.nginx and argv[0] == "nginx":
             return self.nginx.test()
-        if argv[0] == "systemctl":
-            return self._systemctl(argv[1], argv[2], argv[3:])
+        if argv[0] == "systemctl":  # options before or after the unit's name
+            rest = argv[2:]
+            name = next(arg for arg in rest if not arg.startswith("--"))
+            rest.remove(name)
+            return self._systemctl(argv[1], name, rest)
         if argv[0] == "journalctl" and "json" in argv:
             return self._journal_json(self.units.get(argv[argv.index("-u") + 1]), argv)
         if argv[0] == "journalctl":
@@ -283,7 +333,8 @@ class FakeHost:
 
     def state_calls(self):
         """(verb, unit) of every state-changing systemctl call, in order."""
-        return [(a[1], a[2]) for a in self.calls if a[0] == "systemctl" and a[1] in STATE_VERBS]
+        return [(a[1], next(arg for arg in a[2:] if not arg.startswith("--")))
+                for a in self.calls if a[0] == "systemctl" and a[1] in STATE_VERBS]
 
     def events(self):
         """The timeline with each run of identical /metrics scrapes shown once."""
@@ -375,9 +426,9 @@ class FakeHost:
             return self.nginx.proxy(method, url[len(self.nginx.url):], payload)
         unit = next((u for u in self.units.values() if u.url and url.startswith(u.url + "/")),
                     None)
-        return self.answer(unit, method, url[len(unit.url):] if unit else "", payload)
+        return self.answer(unit, method, url[len(unit.url):] if unit else "", payload, timeout)
 
-    def answer(self, unit, method, path, payload=None):  # noqa: PLR0911, C901 - one per route
+    def answer(self, unit, method, path, payload=None, timeout=10.0):  # noqa: PLR0911, C901 - one per route
         """What `unit`'s server answers to `method path`."""
         if (unit is None or unit.active_state != "active" or unit.behaviour in (HANG, RESTART_LOOP)
                 or self.now < unit.started_at + unit.warmup_s):
@@ -399,6 +450,9 @@ class FakeHost:
             return HttpResult(200, json.dumps({"object": "list", "data": [{"id": name}]}))
         if path == "/v1/completions" and method == "POST":
             if unit.behaviour == STALLED:
+                return HttpResult(error="timed out")
+            if unit.behaviour == SATURATED:  # queued behind the others, past the timeout
+                self._tick(timeout)
                 return HttpResult(error="timed out")
             if payload["model"] != unit.served:
                 return HttpResult(404, json.dumps({"error": "model not found"}))

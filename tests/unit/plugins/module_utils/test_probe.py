@@ -1,7 +1,9 @@
 # Copyright (c) 2026 vllm-fleet contributors
 # SPDX-License-Identifier: Apache-2.0
 """The host's periodic probe: N failures, the startup window, the switch marker (fresh and
-stale), an inactive unit, and the state kept between runs (a real state file, real marker)."""
+stale), an inactive unit, and the state kept between runs (a real state file, real marker);
+busy is not dead: a saturated engine that steps (vLLM's real /metrics page, fake host) is
+never restarted, a stalled or unreadable one is."""
 
 import io
 import json
@@ -13,6 +15,8 @@ from pathlib import Path
 import pytest
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import probe, switch_lock
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import HttpResult
+
+from unit.fake_host import CONN_REFUSED, HANG, HEALTHY, REAL_PAGE, SATURATED, STALLED, FakeHost
 
 UNIT = "vllm-tiny_gqa.service"
 URL = "http://127.0.0.1:8011"
@@ -47,6 +51,8 @@ class Host:
         return 127, "", "not found"
 
     def request(self, method, url, payload=None, timeout=10.0):
+        if url.endswith("/metrics"):  # a stand-in, not vLLM: its progress is unknown
+            return HttpResult(404, "Not Found")
         if url.endswith("/health"):
             return HttpResult(200, "")
         if url.endswith("/v1/models"):
@@ -95,13 +101,15 @@ def test_n_consecutive_failures_restart_the_unit_once_and_say_why(files):
     second, said2 = run(files, host, failures=3)
     assert (first.verdict, second.verdict) == ("failed", "failed")
     assert said1 == (f"{UNIT} failed its health probe at completion: POST /v1/completions: "
-                     "timed out (failure 1 of 3)\n")
+                     "timed out; no progress known: /metrics answered HTTP 404 "
+                     "(failure 1 of 3)\n")
     assert "(failure 2 of 3)" in said2
     assert host.restarts() == []
     third, said3 = run(files, host, failures=3)
     assert third.verdict == "restarted"
     assert said3 == (f"restarting {UNIT}: 3 failed probes in a row, the last: {UNIT} failed "
-                     "its health probe at completion: POST /v1/completions: timed out\n")
+                     "its health probe at completion: POST /v1/completions: timed out; "
+                     "no progress known: /metrics answered HTTP 404\n")
     assert host.restarts() == [["systemctl", "restart", "--no-block", UNIT]]
     # The count starts again after a restart.
     assert json.loads(Path(files["state"]).read_text())["failures"] == 0
@@ -255,3 +263,131 @@ def test_the_shipped_script_runs_alone_beside_health_py(files, tmp_path):
         capture_output=True, text=True, check=False, env={"PATH": os.environ["PATH"]})
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
     assert json.loads(Path(files["state"]).read_text()) == {}
+
+
+# -- busy is not dead (issue 33): vLLM's progress, read from its real 0.32 /metrics page ------
+
+INTERVAL_S = 30.0  # the timer's interval; the probe's timeout is 30 s as well
+
+
+def test_the_parser_reads_a_real_vllm_0_32_page():
+    """The counters the probe compares exist in vLLM 0.32's page (tests/fixtures/vllm_metrics,
+    idle after one completion: 1 prompt token, 4 generated, 4 engine steps)."""
+    reading, error = probe.read_progress(URL, lambda *_a, **_k: HttpResult(
+        200, REAL_PAGE.read_text()), 10.0)
+    assert error == ""
+    assert reading == {"running": 0, "waiting": 0, "counters": {
+        "vllm:iteration_tokens_total_count": 4.0, "vllm:generation_tokens_total": 4.0,
+        "vllm:prompt_tokens_total": 1.0}}
+
+
+def fleet_host(behaviour, requests=297, steps_per_s=7.0):
+    """The active model on the fake host, up for hours, with `requests` in flight (256 run,
+    the rest wait) and an engine that steps `steps_per_s` times a second while it runs."""
+    host = FakeHost()
+    host.now = 10_000.0
+    unit = host.unit(UNIT, URL, "tiny-gqa", active=True, behaviour=behaviour,
+                     steps_per_s=steps_per_s, real_metrics=True,
+                     behaviour_after_restart=HEALTHY)
+    unit.started_at = 1.0
+    unit.inflight = [1e12] * requests
+    return host, unit
+
+
+def probe_on(files, host, failures=3):
+    """One timer interval, then one probe run (its completion may move the clock on)."""
+    host.sleep(INTERVAL_S)
+    out = io.StringIO()
+    outcome = probe.run(settings(files, failures=failures, timeout_s=30.0),
+                        run_command=host.run_command, request=host.request, wall=host.wall,
+                        monotonic=host.clock, out=out)
+    return outcome, out.getvalue()
+
+
+def kept(files):
+    return json.loads(Path(files["state"]).read_text())
+
+
+def test_a_saturated_server_that_steps_is_busy_never_restarted(files):
+    """256 running, 41 waiting, the completion answered after the probe's timeout on 5
+    probes in a row, the iteration counter rising by 420 between probes: 0 restarts."""
+    host, _unit = fleet_host(SATURATED)
+    verdicts = []
+    for _run in range(5):
+        outcome, said = probe_on(files, host)
+        verdicts.append(outcome.verdict)
+    assert verdicts == ["busy"] * 5
+    assert host.state_calls() == []
+    assert said == (f"{UNIT}: busy, not counted: it failed its health probe at completion: "
+                    "POST /v1/completions: timed out, but its engine made progress in 60 s: "
+                    "running 256, waiting 41; +420 iterations, +107520 generation tokens, "
+                    "+0 prompt tokens (failure count stays 0 of 3)\n")
+    state = kept(files)
+    assert (state["failures"], state["busy"]["running"], state["busy"]["waiting"]) == (0, 256, 41)
+    # 5 timer intervals and 5 completions' waits of 30 s, 210 steps each
+    assert state["progress"]["counters"]["vllm:iteration_tokens_total_count"] == 10 * 210
+
+
+def test_a_saturated_server_that_stops_stepping_is_restarted_after_failures(files):
+    host, unit = fleet_host(SATURATED)
+    for _run in range(5):
+        probe_on(files, host)
+    unit.behaviour = STALLED  # still not answering, and now no engine step either
+    first, said1 = probe_on(files, host)
+    second, _said2 = probe_on(files, host)
+    assert (first.verdict, second.verdict) == ("failed", "failed")
+    assert said1 == (f"{UNIT} failed its health probe at completion: POST /v1/completions: "
+                     "timed out; no progress in 30 s: running 256, waiting 41; +0 iterations, "
+                     "+0 generation tokens, +0 prompt tokens (failure 1 of 3)\n")
+    assert "busy" not in kept(files)
+    assert host.state_calls() == []
+    third, said3 = probe_on(files, host)
+    assert third.verdict == "restarted"
+    assert said3.startswith(f"restarting {UNIT}: 3 failed probes in a row, the last: ")
+    assert host.state_calls() == [("restart", UNIT)]
+
+
+def test_an_unreadable_metrics_page_with_a_failing_gate_is_restarted_after_failures(files):
+    """A dead API server (active, port closed): no answer and no progress to read."""
+    host, _unit = fleet_host(HANG)
+    outcomes = [probe_on(files, host) for _run in range(3)]
+    assert [o.verdict for o, _said in outcomes] == ["failed", "failed", "restarted"]
+    assert outcomes[0][1] == (f"{UNIT} failed its health probe at health: GET /health: "
+                              f"{CONN_REFUSED}; no progress known: /metrics answered "
+                              f"{CONN_REFUSED} (failure 1 of 3)\n")
+    assert host.state_calls() == [("restart", UNIT)]
+
+
+def test_an_idle_server_that_fails_its_completion_is_a_failure(files):
+    host, _unit = fleet_host(STALLED, requests=0)
+    outcomes = [probe_on(files, host, failures=2) for _run in range(2)]
+    assert [o.verdict for o, _said in outcomes] == ["failed", "restarted"]
+    assert outcomes[0][1] == (f"{UNIT} failed its health probe at completion: POST "
+                              "/v1/completions: timed out; no progress in 0 s: running 0, "
+                              "waiting 0; +0 iterations, +0 generation tokens, +0 prompt "
+                              "tokens (failure 1 of 2)\n")
+
+
+def test_busy_then_answering_resets_the_count(files):
+    """A stalled probe (failure 1), the engine steps again but still too slow (busy: the
+    count stays at 1), then it answers: healthy again, count 0, not busy; the next stall is
+    failure 1 again."""
+    host, unit = fleet_host(STALLED)
+    outcome, _said = probe_on(files, host)
+    assert (outcome.verdict, kept(files)["failures"]) == ("failed", 1)
+    unit.behaviour = SATURATED
+    for _run in range(4):
+        outcome, said = probe_on(files, host)
+        assert outcome.verdict == "busy"
+    assert said.endswith("(failure count stays 1 of 3)\n")
+    assert kept(files)["failures"] == 1
+    unit.behaviour = HEALTHY
+    outcome, said = probe_on(files, host)
+    assert outcome.verdict == "ok"
+    assert said == f"{UNIT}: healthy again (4 completion tokens: ' world')\n"
+    state = kept(files)
+    assert (state["failures"], "busy" in state) == (0, False)
+    unit.behaviour = STALLED
+    outcome, said = probe_on(files, host)
+    assert said.endswith("(failure 1 of 3)\n")
+    assert host.state_calls() == []
