@@ -232,7 +232,7 @@ def progress(before, after):
              if name in after["counters"] and name in before["counters"]]
     advanced = any(rise > 0 for _label, rise in rises) and all(rise >= 0 for _l, rise in rises)
     seconds = max(0.0, after["at"] - before["at"])
-    counts = ", ".join(f"+{rise:.0f} {label}" for label, rise in rises)
+    counts = ", ".join(f"{rise:+.0f} {label}" for label, rise in rises)
     return advanced, (f"in {seconds:.0f} s: running {after['running']}, waiting "
                       f"{after['waiting']}; {counts}")
 
