@@ -31,7 +31,10 @@ import re
 import tempfile
 import time
 
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import urllib_request
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import (
+    metric_totals,
+    urllib_request,
+)
 
 UPSTREAM_NAME = "vllm_active"
 HTTP_OK = 200
@@ -351,17 +354,8 @@ class FrontDoor:
 
 def parse_metrics(text, names=("vllm:num_requests_running", "vllm:num_requests_waiting")):
     """Sum the named Prometheus gauges (over all label sets) from /metrics text."""
-    totals = dict.fromkeys(names, 0.0)
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        metric = line.split("{", 1)[0].split(" ", 1)[0]
-        if metric in totals:
-            try:
-                totals[metric] += float(line.rsplit(" ", 1)[1])
-            except (ValueError, IndexError):
-                continue
-    return totals
+    totals = metric_totals(text)
+    return {name: totals.get(name, 0.0) for name in names}
 
 
 def server_load(text):

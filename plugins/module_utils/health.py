@@ -27,6 +27,27 @@ class HttpResult:
         self.error = error
 
 
+def metric_totals(text):
+    """{metric: sum of its samples over all label sets} from Prometheus text exposition."""
+    totals = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, brace, rest = line.partition("{")
+        if brace:
+            rest = rest.rpartition("}")[2]
+        else:
+            name, _sep, rest = line.partition(" ")
+        fields = rest.split()
+        try:
+            value = float(fields[0])
+        except (ValueError, IndexError):
+            continue
+        totals[name.strip()] = totals.get(name.strip(), 0.0) + value
+    return totals
+
+
 def _loopback_tls_context(url):
     """No certificate check for https on this host's own loopback, the default otherwise.
 

@@ -58,6 +58,7 @@ try:
     from ansible_collections.vllm_fleet.fleet.plugins.module_utils import replica_watch
     from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import (
         check_once,
+        metric_totals,
         urllib_request,
     )
     from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch_lock import (
@@ -66,7 +67,7 @@ try:
     )
 except ImportError:  # on the host: shipped beside health.py and switch_lock.py by vllm_service
     import replica_watch  # type: ignore[no-redef]
-    from health import check_once, urllib_request  # type: ignore[no-redef]
+    from health import check_once, metric_totals, urllib_request  # type: ignore[no-redef]
     from switch_lock import describe, in_progress  # type: ignore[no-redef]
 
 OK, FAILED, SKIPPED, RESTARTED, IDLE = "ok", "failed", "skipped", "restarted", "idle"
@@ -189,34 +190,13 @@ def _unit_skip(unit, props, error, state):
     return None
 
 
-def parse_metrics(text):
-    """{metric: sum of its samples over all label sets} from Prometheus text exposition."""
-    totals = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        name, brace, rest = line.partition("{")
-        if brace:
-            rest = rest.rpartition("}")[2]
-        else:
-            name, _sep, rest = line.partition(" ")
-        fields = rest.split()
-        try:
-            value = float(fields[0])
-        except (ValueError, IndexError):
-            continue
-        totals[name.strip()] = totals.get(name.strip(), 0.0) + value
-    return totals
-
-
 def read_progress(url, request, timeout):
     """(reading, error): vLLM's running and waiting requests and its progress counters from
     url/metrics; reading is None (and error says why) when they cannot be read."""
     res = request("GET", url.rstrip("/") + "/metrics", timeout=timeout)
     if res.status != HTTP_OK:
         return None, f"/metrics answered {res.error or f'HTTP {res.status}'}"
-    totals = parse_metrics(res.body)
+    totals = metric_totals(res.body)
     counters = {name: totals[name] for name, _label in PROGRESS if name in totals}
     if not counters:
         return None, "/metrics has none of vLLM's progress counters"
