@@ -57,6 +57,14 @@ ACS_BITS = (
 )
 # Bits that send peer-to-peer requests/completions elsewhere than the peer.
 ACS_REDIRECT_BITS = ("ReqRedir", "CmpltRedir", "EgressCtrl")
+# NCCL's troubleshooting guide ('PCI Access Control Services (ACS)'): "If lines
+# show SrcValid+, then ACS might be enabled" -- any control bit on counts as ACS
+# enabled on that bridge, the redirect bits being the ones that certainly send
+# peer-to-peer traffic up to the root complex.
+NCCL_ACS_GUIDE = (
+    "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/troubleshooting.html"
+    "#pci-access-control-services-acs"
+)
 ACS_EXT_CAP_ID = 0x000D
 CONFIG_SPACE_BYTES = 4096  # PCIe config space; a non-root read gets only the first 64
 
@@ -73,11 +81,11 @@ P2P_STATUS = {
 }
 
 ACS_FIX = (
-    "disable ACS for these bridges: in the BIOS (ACS / 'PCIe ACS control' off), or at every "
-    "boot with `setpci -s <bridge> ECAP_ACS+0x6.w=0000` per bridge (NVIDIA NCCL "
-    "troubleshooting guide, 'PCI Access Control Services'); where that is not possible, set "
-    "NCCL_P2P_DISABLE=1 in the model's environment (slower: traffic goes through host memory, "
-    "but NCCL does not hang)"
+    "disable ACS for these bridges: in the firmware (BIOS: ACS / 'PCIe ACS control' off, or "
+    "VT-d / IOMMU off), or at every boot with `setpci -s <bridge> ECAP_ACS+0x6.w=0000` per "
+    f"bridge (NCCL troubleshooting guide, 'PCI Access Control Services': {NCCL_ACS_GUIDE}); "
+    "where that is not possible, set NCCL_P2P_DISABLE=1 in the model's environment (it costs "
+    "bandwidth: GPU-to-GPU traffic is staged through host memory, but NCCL does not hang)"
 )
 IOMMU_FIX = (
     "boot with the IOMMU in pass-through (`iommu=pt`, with `intel_iommu=on` or "
@@ -90,6 +98,10 @@ _LSPCI_HEAD_RE = re.compile(
     r"^(?P<slot>(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+(?P<klass>[^:]+):\s*(?P<name>.*)$"
 )
 _ACS_FLAG_RE = re.compile(r"([A-Za-z]+)([+-])")
+_BRIDGE_BUS_RE = re.compile(
+    r"^Bus: primary=(?P<primary>[0-9a-fA-F]{2}), secondary=(?P<secondary>[0-9a-fA-F]{2}), "
+    r"subordinate=(?P<subordinate>[0-9a-fA-F]{2})"
+)
 _FULL_SLOT_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
 
@@ -248,13 +260,27 @@ def parse_acsctl_lines(text):
     return found
 
 
+def _lspci_detail(current, stripped):
+    """Read one indented `lspci -vvv` line into its device (ACS, readability, buses)."""
+    if stripped.startswith("Capabilities: <access denied>"):
+        current["readable"] = False
+    elif stripped.startswith("ACSCtl:"):
+        current["acs"] = _acs_flags(stripped[len("ACSCtl:") :])
+    else:
+        buses = _BRIDGE_BUS_RE.match(stripped)
+        if buses:
+            current["buses"] = (int(buses["secondary"], 16), int(buses["subordinate"], 16))
+
+
 def parse_lspci_vvv(text):
     """Per-device ACS control bits from `lspci -vvv` (as root).
 
-    Returns {bus_id: {"class", "acs": {"SrcValid": bool, ...} or None,
-    "readable": bool}}: acs None means the device has no ACS capability;
-    readable False means lspci could not read its capabilities (not root:
-    "Capabilities: <access denied>"), so its ACS state is unknown.
+    Returns {bus_id: {"class", "name", "acs": {"SrcValid": bool, ...} or None,
+    "readable": bool, "buses": (secondary, subordinate) or None}}: acs None
+    means the device has no ACS capability; readable False means lspci could
+    not read its capabilities (not root: "Capabilities: <access denied>"), so
+    its ACS state is unknown; buses is a bridge's range of bus numbers below it
+    (its `Bus: primary=.., secondary=.., subordinate=..` line).
     """
     devices, current = {}, None
     saw_detail = False
@@ -264,7 +290,13 @@ def parse_lspci_vvv(text):
         if not line[:1].isspace():
             head = _LSPCI_HEAD_RE.match(line.strip())
             if head:
-                current = {"class": head.group("klass").strip(), "acs": None, "readable": True}
+                current = {
+                    "class": head.group("klass").strip(),
+                    "name": head.group("name").strip(),
+                    "acs": None,
+                    "readable": True,
+                    "buses": None,
+                }
                 devices[normalise_bus_id(head.group("slot"))] = current
                 continue
             if line.startswith(("pcilib:", "#")):
@@ -275,11 +307,7 @@ def parse_lspci_vvv(text):
             raise GpuFactsError(
                 f"lspci -vvv output starts with a detail line, not a device: {line.strip()[:120]!r}"
             )
-        stripped = line.strip()
-        if stripped.startswith("Capabilities: <access denied>"):
-            current["readable"] = False
-        elif stripped.startswith("ACSCtl:"):
-            current["acs"] = _acs_flags(stripped[len("ACSCtl:") :])
+        _lspci_detail(current, line.strip())
     if devices and not saw_detail:
         raise GpuFactsError(
             "this PCI listing has device lines only (like `lspci -n`), not the `lspci -vvv` "
@@ -385,6 +413,53 @@ def parse_pci_paths(text):
     return paths
 
 
+def pci_paths_from_lspci(devices, gpu_bus_ids):
+    """{gpu bus id: [bridges from the root down]} from parse_lspci_vvv's bus ranges.
+
+    A bridge is above a GPU when the GPU's bus number lies in the bridge's
+    secondary..subordinate range (same PCI domain); outer bridges sit on lower
+    bus numbers, so the chain is ordered by secondary bus. This is what
+    `lspci -vvv` gives of the hierarchy without `lspci -tv` or sysfs paths.
+    GPUs not in the listing are left out.
+    """
+    bridges = [(bus, dev["buses"]) for bus, dev in (devices or {}).items() if dev.get("buses")]
+    paths = {}
+    for gpu in gpu_bus_ids:
+        if gpu not in (devices or {}):
+            continue
+        domain, bus = gpu.split(":")[0], int(gpu.split(":")[1], 16)
+        above = [
+            (rng[0], b)
+            for b, rng in bridges
+            if b.split(":")[0] == domain and rng[0] <= bus <= rng[1] and b != gpu
+        ]
+        paths[gpu] = [b for _sec, b in sorted(above)]
+    return paths
+
+
+def iommu_from_cmdline(cmdline):
+    """'off' | 'on' | 'passthrough' | 'unknown' from the kernel command line's parameters.
+
+    `iommu=off`, `intel_iommu=off`, `amd_iommu=off` turn it off; `iommu=pt` or
+    `iommu.passthrough=1` put DMA in pass-through (identity); `intel_iommu=on`
+    or `amd_iommu=on` (without pt) translate DMA. Nothing said: unknown (the
+    kernel's and firmware's defaults decide).
+    """
+    if cmdline.get("iommu") == "off" or "off" in (
+        cmdline.get("intel_iommu"),
+        cmdline.get("amd_iommu"),
+    ):
+        return "off"
+    if cmdline.get("iommu") == "pt" or cmdline.get("iommu.passthrough") == "1":
+        return "passthrough"
+    if (
+        "on" in (cmdline.get("intel_iommu"), cmdline.get("amd_iommu"))
+        or cmdline.get("iommu.passthrough") == "0"
+    ):
+        return "on"
+    return "unknown"
+
+
 def parse_cmdline(text):
     """IOMMU- and ACS-related kernel parameters from /proc/cmdline."""
     keys = ("intel_iommu", "amd_iommu", "iommu", "iommu.passthrough", "iommu.strict", "pci")
@@ -455,9 +530,9 @@ def _iommu_mode(cmdline, iommu):
         return "translated"
     if (iommu or {}).get("groups") == 0:
         return "off"
-    if cmdline.get("iommu") == "pt" or cmdline.get("iommu.passthrough") == "1":
-        return "passthrough"
-    return "unknown"
+    stated = iommu_from_cmdline(cmdline)
+    # "on" from the command line is translation; the groups' types were not read.
+    return "translated" if stated == "on" else stated
 
 
 def fabric_facts(
@@ -485,6 +560,12 @@ def fabric_facts(
     else:
         acs, acs_source = None, None
     paths = parse_pci_paths(paths_text) if paths_text is not None else None
+    if paths is None and acs_source == "lspci":
+        # A support bundle: no sysfs paths, the bridges' bus ranges say what is above.
+        paths = pci_paths_from_lspci(
+            acs,
+            [normalise_bus_id(g["pci_bus_id"]) for g in gpus if g.get("pci_bus_id")],
+        )
     iommu = parse_iommu(iommu_text) if iommu_text is not None else None
     cmdline = parse_cmdline(cmdline_text)
     out_gpus, warnings = [], []
@@ -527,6 +608,7 @@ def fabric_facts(
             "groups": (iommu or {}).get("groups"),
             "cmdline": cmdline,
             "mode": _iommu_mode(cmdline, iommu),
+            "cmdline_mode": iommu_from_cmdline(cmdline),
         },
         "acs_source": acs_source,
         "acs_all": (
@@ -605,16 +687,20 @@ def _p2p_warning(where, p2p, pairs):
 
 
 def _acs_findings(fabric, by_index, pairs):
-    """({bridge: [redirect bits on]}, {bridges whose ACS state is unknown})."""
-    redirect, unknown = {}, set()
+    """({bridge: [redirect bits on]}, {bridge: [other ACS control bits on]},
+    {bridges whose ACS state is unknown})."""
+    redirect, enabled, unknown = {}, {}, set()
 
     def look(bus, readable, acs):
         if not readable:
             unknown.add(bus)
-        elif acs:
-            on = [n for n in ACS_REDIRECT_BITS if acs.get(n)]
-            if on:
-                redirect[bus] = on
+            return
+        redirected = [n for n in ACS_REDIRECT_BITS if (acs or {}).get(n)]
+        other = [n for n in ACS_BITS if (acs or {}).get(n)]
+        if redirected:
+            redirect[bus] = redirected
+        elif other:
+            enabled[bus] = other
 
     if any(g.get("bridges") is not None for g in by_index.values()):
         for a, b in pairs:
@@ -632,7 +718,7 @@ def _acs_findings(fabric, by_index, pairs):
         for bus, dev in (fabric.get("acs_all") or {}).items():
             if not dev.get("class") or "bridge" in dev["class"].lower():
                 look(bus, dev.get("readable"), dev.get("acs"))
-    return redirect, unknown
+    return redirect, enabled, unknown
 
 
 def _acs_warnings(where, fabric, by_index, pairs):
@@ -643,7 +729,7 @@ def _acs_warnings(where, fabric, by_index, pairs):
                 "config space): if NCCL hangs at start, look there first"
             )
         ]
-    redirect, unknown = _acs_findings(fabric, by_index, pairs)
+    redirect, enabled, unknown = _acs_findings(fabric, by_index, pairs)
     out = []
     if redirect:
         listed = ", ".join(f"{bus} ({'+ '.join(bits)}+)" for bus, bits in sorted(redirect.items()))
@@ -651,6 +737,14 @@ def _acs_warnings(where, fabric, by_index, pairs):
             f"{where}: ACS redirect is on at PCIe bridge(s) {listed}: peer-to-peer traffic between "
             "the GPUs is forced up to the root complex/IOMMU and NCCL can hang at start "
             f"(NVIDIA/nccl#2079); fix: {ACS_FIX}"
+        )
+    if enabled:
+        listed = ", ".join(f"{bus} ({'+ '.join(bits)}+)" for bus, bits in sorted(enabled.items()))
+        out.append(
+            f"{where}: ACS is enabled at PCIe bridge(s) {listed} above the GPUs (NCCL's "
+            "troubleshooting guide reads 'ACSCtl: SrcValid+' as ACS enabled): peer-to-peer "
+            "traffic may be sent up to the root complex, slow or a hang at NCCL start; "
+            f"fix: {ACS_FIX}"
         )
     if unknown:
         out.append(
@@ -683,14 +777,31 @@ def fabric_warnings(facts, gpu_indices, tensor_parallel_size):
     where = f"tensor parallel {tp} on GPUs {','.join(str(i) for i in wanted)}"
     warnings += _p2p_warning(where, fabric.get("p2p_read"), pairs)
     warnings += _acs_warnings(where, fabric, by_index, pairs)
-    translated = [
-        f"GPU{i}" for i in wanted if (by_index.get(i) or {}).get("iommu_type") in ("DMA", "DMA-FQ")
-    ]
+    warnings += _iommu_warnings(where, fabric, by_index, wanted)
+    return warnings
+
+
+def _iommu_warnings(where, fabric, by_index, wanted):
+    """The IOMMU warning: from the GPUs' iommu group types when read, else the command line."""
+    iommu = fabric.get("iommu") or {}
+    types = {i: (by_index.get(i) or {}).get("iommu_type") for i in wanted}
+    translated = [f"GPU{i}" for i, kind in types.items() if kind in ("DMA", "DMA-FQ")]
     if translated:
-        iommu = fabric.get("iommu") or {}
-        warnings.append(
+        text = (
             f"{where}: the IOMMU translates DMA for {', '.join(translated)} (iommu group type "
             f"DMA/DMA-FQ; kernel command line {iommu.get('cmdline') or '{}'}): peer-to-peer "
             f"transfers then go through the IOMMU, slow or blocked; fix: {IOMMU_FIX}"
         )
-    return warnings
+        return [text]
+    if not any(types.values()) and iommu.get("cmdline_mode") == "on":
+        # A support bundle: no iommu groups read, the kernel command line turns it on.
+        stated = " ".join(
+            f"{k}={v}" for k, v in sorted((iommu.get("cmdline") or {}).items()) if "iommu" in k
+        )
+        text = (
+            f"{where}: the kernel command line turns the IOMMU on ({stated}) without "
+            "pass-through: peer-to-peer transfers are translated by the IOMMU, slow or blocked "
+            f"(the iommu groups were not read to confirm); fix: {IOMMU_FIX}"
+        )
+        return [text]
+    return []

@@ -29,6 +29,9 @@ FIXTURE_FILES = {
     # nvidia-smi (run); a file `<name>.rc` beside one holds its exit status (default 0)
     "query_gpu": "nvidia-smi-query-gpu.csv",
     "xml": "nvidia-smi-q.xml",
+    # `nvidia-smi -q` as text (support bundles): answers -q -x and --query-gpu when
+    # their own captures are absent
+    "smi_text": "nvidia-smi-q.txt",
     "topo": "nvidia-smi-topo-m.txt",
     "compute_apps": "nvidia-smi-query-compute-apps.csv",
     "query_fabric": "nvidia-smi-query-fabric.csv",
@@ -37,11 +40,12 @@ FIXTURE_FILES = {
     "proc_version": "proc-driver-nvidia-version.txt",
     "proc_gpus": "proc-driver-nvidia-gpus.txt",
     "modinfo_license": "modinfo-license.txt",
-    "lspci": "lspci-n.txt",
+    "lspci": "lspci-n.txt",  # absent: the GPUs are counted in lspci-vvv.txt
     "lspci_vvv": "lspci-vvv.txt",
     "pci_acs": "sysfs-pci-acs.txt",
     "pci_paths": "sysfs-pci-paths.txt",
     "cmdline": "proc-cmdline.txt",
+    "dmesg": "dmesg.txt",  # the kernel log: the driver's banner, Xid errors
     "iommu": "sysfs-iommu.txt",
     "dev_nodes": "dev-nvidia.txt",
     "cuda_init": "cuda-init.json",
@@ -73,8 +77,9 @@ class FixtureHost:
 
     def __init__(self, fixture_dir):
         self.fixture_dir = fixture_dir
-        # No capture of the main query means nvidia-smi is absent.
-        self.nvidia_smi = "nvidia-smi" if self._path("query_gpu") else None
+        # No capture of the main query (nor an `nvidia-smi -q` text) means nvidia-smi is absent.
+        present = self._path("query_gpu") or self._path("smi_text")
+        self.nvidia_smi = "nvidia-smi" if present else None
 
     def _path(self, key):
         path = os.path.join(self.fixture_dir, FIXTURE_FILES[key])
@@ -92,6 +97,12 @@ class FixtureHost:
         if key is None:
             return 127, "", f"no capture for {' '.join(argv)} in {self.fixture_dir}"
         text = self.read(key)
+        if text is None and key in ("query_gpu", "xml") and self._path("smi_text"):
+            # A support bundle's `nvidia-smi -q` text answers both (gather parses it as -q -x).
+            text = self.read("smi_text")
+            if key == "query_gpu":
+                text = nvidia_smi.render_query_gpu(nvidia_smi.parse_smi_text(text))
+            return 0, text, ""
         if text is None:
             return 127, "", f"no capture {FIXTURE_FILES[key]} in {self.fixture_dir}"
         rc_path = os.path.join(self.fixture_dir, FIXTURE_FILES[key] + ".rc")
@@ -213,6 +224,17 @@ def _container_kind():
     return None
 
 
+def _kernel_log_facts(kernel_log):
+    """The kernel log's facts (None when no log was read): banner, Xid errors, warnings."""
+    if kernel_log is None:
+        return None
+    return {
+        "banner": kernel_log["banner"],
+        "xids": kernel_log["xids"],
+        "warnings": gpu_readers.xid_problems(kernel_log["xids"]),
+    }
+
+
 def gather(host, expected_bus_ids=None, fabric=True, device_nodes=True):
     """All GPU facts from one host (live or fixture), the same code either way.
 
@@ -221,15 +243,24 @@ def gather(host, expected_bus_ids=None, fabric=True, device_nodes=True):
     `container`. Raises GpuFactsError for text in an unrecognised format.
     """
     proc_version = host.read("proc_version")
+    log_text = host.read("dmesg")
+    kernel_log = gpu_readers.parse_kernel_log(log_text) if log_text is not None else None
+    banner_from_log = proc_version is None and bool(kernel_log and kernel_log["banner"])
+    if banner_from_log:
+        proc_version = kernel_log["banner"]
+    lspci = host.read("lspci")
     facts = gpu_facts.collect(
         host.run,
         nvidia_smi=host.nvidia_smi,
         proc_version_text=proc_version,
         modinfo_license=None if proc_version else host.read("modinfo_license"),
-        lspci_text=host.read("lspci"),
+        lspci_text=lspci if lspci is not None else host.read("lspci_vvv"),
         proc_gpus_text=host.read("proc_gpus"),
         expected_bus_ids=expected_bus_ids,
     )
+    if banner_from_log:
+        facts["kernel_module"]["source"] = "kernel_log"
+    facts["kernel_log"] = _kernel_log_facts(kernel_log)
     container = host.read("container")
     facts["container"] = container.strip() if container and container.strip() else None
     nodes = host.read("dev_nodes") if device_nodes else None

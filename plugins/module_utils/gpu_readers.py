@@ -1,8 +1,9 @@
 # Copyright (c) 2026 vllm-fleet contributors
 # SPDX-License-Identifier: Apache-2.0
 """What the kernel says about NVIDIA GPUs besides nvidia-smi: the PCI bus
-(sysfs, lspci), /proc/driver/nvidia/gpus, the /dev/nvidia* nodes and whether
-CUDA can initialise.
+(sysfs, lspci in its -n, -nn and -vvv forms), the kernel log (the driver's
+banner, Xid errors), /proc/driver/nvidia/gpus, the /dev/nvidia* nodes and
+whether CUDA can initialise.
 
 Each input has a parse_* (text in, facts out; GpuFactsError for an
 unrecognised format) and, where the host is read directly, a read_* that
@@ -56,33 +57,55 @@ _PCI_LINE_RES = (
 )
 
 
+# `lspci`, `lspci -v`..`-vvv` without -n: the class and vendor by name.
+#   18:00.0 3D controller: NVIDIA Corporation GH100 [H100 NVL] (rev a1)
+_PCI_NAMED_RE = re.compile(
+    r"^(?P<slot>(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+"
+    r"(?P<klass>[A-Za-z][^:\[]*?)(?:\s+\[[0-9a-fA-F]{4}\])?:\s+(?P<name>.*)$"
+)
+GPU_PCI_CLASS_NAMES = ("vga compatible controller", "3d controller")
+NVIDIA_PCI_VENDOR_NAME = "NVIDIA Corporation"
+
+
+def _named_gpu(match):
+    name = match.group("name")
+    return match.group("klass").strip().lower() in GPU_PCI_CLASS_NAMES and (
+        name.startswith(NVIDIA_PCI_VENDOR_NAME) or f"[{NVIDIA_PCI_VENDOR}:" in name.lower()
+    )
+
+
 def parse_lspci_n(text):
     """NVIDIA VGA/3D controllers in a PCI device listing, as normalised bus ids.
 
-    Accepts `lspci -n`, `lspci -nn` and the sysfs layout of read_sysfs_pci
-    (`0000:00:06.0 0x030200 0x10de:0x2335`). Blank and '#' lines are skipped;
-    any other line raises GpuFactsError (an `lspci -vvv` dump or a list of
-    bare slots would otherwise count as zero GPUs).
+    Accepts `lspci -n`, `lspci -nn`, the sysfs layout of read_sysfs_pci
+    (`0000:00:06.0 0x030200 0x10de:0x2335`), and `lspci` / `lspci -vvv` as
+    support bundles carry it (class and vendor by name: '18:00.0 3D
+    controller: NVIDIA Corporation ...'; the indented detail lines are
+    skipped). Blank and '#' lines are skipped; any other line raises
+    GpuFactsError (a list of bare slots would otherwise count as zero GPUs).
     """
     found = []
     for line in (text or "").splitlines():
         stripped = line.strip()
-        if not stripped or stripped.startswith("#"):
+        if not stripped or stripped.startswith("#") or line[:1].isspace():
+            continue
+        if stripped.startswith("pcilib:"):  # lspci's own warnings (not root, no sysfs)
             continue
         for pattern in _PCI_LINE_RES:
             match = pattern.match(stripped)
             if match and _BUS_ID_RE.match(match.group("slot")):
                 break
         else:
-            hint = (
-                " (this looks like `lspci -vvv` output)"
-                if line[:1].isspace() or re.search(r"\s(bridge|controller):", line)
-                else ""
-            )
+            named = _PCI_NAMED_RE.match(stripped)
+            if named:
+                if _named_gpu(named):
+                    found.append(normalise_bus_id(named.group("slot")))
+                continue
             raise GpuFactsError(
-                f"unrecognised line in the PCI device listing{hint}: {stripped[:120]!r}; wanted "
-                "`lspci -n` lines ('0000:18:00.0 0302: 10de:2bb5'), `lspci -nn` lines, or sysfs "
-                "lines ('0000:00:06.0 0x030200 0x10de:0x2335')"
+                f"unrecognised line in the PCI device listing: {stripped[:120]!r}; wanted "
+                "`lspci -n` lines ('0000:18:00.0 0302: 10de:2bb5'), `lspci -nn` or `lspci -vvv` "
+                "lines ('18:00.0 3D controller: NVIDIA Corporation ...'), or sysfs lines "
+                "('0000:00:06.0 0x030200 0x10de:0x2335')"
             )
         if (
             match.group("vendor").lower() == NVIDIA_PCI_VENDOR
@@ -90,6 +113,71 @@ def parse_lspci_n(text):
         ):
             found.append(normalise_bus_id(match.group("slot")))
     return found
+
+
+# The kernel log: `dmesg` (with or without timestamps), `journalctl -k`, syslog.
+# "NVRM: Xid (PCI:0000:18:00): 79, pid=..., GPU has fallen off the bus."
+_XID_RE = re.compile(
+    r"NVRM: Xid \(PCI:(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-7])?\):\s*"
+    r"(?P<xid>\d+),\s*(?P<text>.*)$"
+)
+_DMESG_TIME_RE = re.compile(r"^\[\s*(?P<time>\d+\.\d+)\]")
+# Xid codes that need the GPU reset or the host rebooted before it serves again
+# (NVIDIA's Xid catalog: 48 DBE, 63/64 row remapping, 79 fallen off the bus,
+# 94/95 contained/uncontained ECC, 119/120 GSP).
+XID_SERIOUS = {
+    48: "double-bit ECC error",
+    63: "row remapping event",
+    64: "row remapping failure",
+    74: "NVLink error",
+    79: "GPU has fallen off the bus",
+    92: "high single-bit ECC rate",
+    94: "contained ECC error",
+    95: "uncontained ECC error",
+    119: "GSP RPC timeout",
+    120: "GSP error",
+}
+
+
+def parse_kernel_log(text):
+    """What the kernel log says about the NVIDIA driver: its banner and the Xid errors.
+
+    Returns {"banner": the last 'NVRM: loading NVIDIA UNIX ...' line or None
+    (kernel_module.kernel_module_flavour reads it), "xids": [{"bus_id", "xid",
+    "text", "time"}] in order}. Lines that are neither are skipped: a kernel
+    log holds everything else too.
+    """
+    banner, xids = None, []
+    for line in (text or "").splitlines():
+        if "NVRM: loading NVIDIA UNIX" in line:
+            banner = line.strip()
+            continue
+        match = _XID_RE.search(line)
+        if match:
+            stamp = _DMESG_TIME_RE.match(line.strip())
+            xids.append(
+                {
+                    "bus_id": normalise_bus_id(match.group("bus") + ".0"),
+                    "xid": int(match.group("xid")),
+                    "text": match.group("text").strip(),
+                    "time": float(stamp.group("time")) if stamp else None,
+                }
+            )
+    return {"banner": banner, "xids": xids}
+
+
+def xid_problems(xids):
+    """One line per GPU with a serious Xid in the kernel log, with what to do."""
+    worst = {}
+    for item in xids:
+        if item["xid"] in XID_SERIOUS:
+            worst.setdefault(item["bus_id"], []).append(item["xid"])
+    return [
+        f"GPU {bus}: the kernel log has Xid "
+        + ", ".join(f"{x} ({XID_SERIOUS[x]})" for x in sorted(set(codes)))
+        + ": reset the GPU (`nvidia-smi -r -i <index>`) or reboot before serving on it"
+        for bus, codes in sorted(worst.items())
+    ]
 
 
 def read_sysfs_pci(root=SYSFS_PCI_DEVICES):

@@ -1,6 +1,6 @@
 # Copyright (c) 2026 vllm-fleet contributors
 # SPDX-License-Identifier: Apache-2.0
-"""Parse what nvidia-smi prints: --query-gpu, -q -x, --query-compute-apps, topo -m.
+"""Parse what nvidia-smi prints: --query-gpu, -q -x, -q (text), --query-compute-apps, topo -m.
 
 Plain functions that take text, so pytest and the lab drive the very same code
 with captured outputs. Runs on target hosts: standard library only. Also the
@@ -59,6 +59,8 @@ _LOST_RE = re.compile(
 )
 # A compute capability, major[.minor] ('12.0', '9.0'; a bare '12' is 12.0).
 _CC_RE = re.compile(r"^(\d+)(?:\.(\d+))?$")
+# The header of one GPU's block in `nvidia-smi -q` text.
+_SMI_GPU_HEAD_RE = re.compile(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])$")
 
 
 class GpuFactsError(Exception):
@@ -210,8 +212,126 @@ def _xml_text(node, path):
     return None if _na(text) else text
 
 
+def _smi_text_tree(text):
+    """`nvidia-smi -q` text as (top-level fields, [(bus id, {path: value})]).
+
+    Paths join the indented headings with '/', e.g. 'FB Memory Usage/Total'.
+    """
+    top, gpus, stack = {}, [], []
+    current = None
+    for raw in (text or "").splitlines():
+        if not raw.strip() or raw.lstrip().startswith("==="):
+            continue
+        indent = len(raw) - len(raw.lstrip(" "))
+        line = raw.strip()
+        head = _SMI_GPU_HEAD_RE.match(line)
+        if indent == 0 and head:
+            current = {}
+            gpus.append((head.group(1), current))
+            stack = []
+            continue
+        key, sep, value = line.partition(":")
+        key = key.strip()
+        # Headings nest by 4 spaces under a GPU (its fields start at 4).
+        level = max(indent // 4 - (1 if current is not None else 0), 0)
+        stack = stack[:level]
+        if not sep or (not value.strip() and sep):
+            stack.append(key)
+            continue
+        target = top if current is None else current
+        target["/".join([*stack, key])] = value.strip()
+    return top, gpus
+
+
+def parse_smi_text(text):
+    """Parse `nvidia-smi -q` as text (the form support bundles carry) like parse_smi_xml.
+
+    Reads the driver and CUDA versions, `Attached GPUs`, and per GPU (each
+    headed `GPU 00000000:18:00.0`): product name and architecture, UUID,
+    bus id, minor number, persistence mode and FB memory. Raises
+    GpuFactsError for text that is neither (no NVSMI LOG fields, no GPU
+    header while GPUs are attached).
+    """
+    top, blocks = _smi_text_tree(text)
+    if "Driver Version" not in top and not blocks:
+        raise GpuFactsError(
+            "nvidia-smi -q output is in an unrecognised format: wanted XML (-q -x) or the "
+            "text form ('Driver Version : 580.95.05', 'GPU 00000000:18:00.0' headers), found "
+            f"{_first_line(text)!r}"
+        )
+    gpus = []
+    for bus, fields in blocks:
+        minor = fields.get("Minor Number")
+
+        def value(path, fields=fields):
+            found = fields.get(path)
+            return None if found is None or _na(found) else found
+
+        gpus.append(
+            {
+                "name": value("Product Name"),
+                "architecture": value("Product Architecture"),
+                "uuid": value("GPU UUID"),
+                "pci_bus_id": value("PCI/Bus Id") or bus,
+                "minor_number": int(minor) if minor and minor.isdigit() else None,
+                "persistence_mode": _persistence(fields.get("Persistence Mode")),
+                "memory_total_bytes": mib_to_bytes(value("FB Memory Usage/Total")),
+                "memory_used_bytes": mib_to_bytes(value("FB Memory Usage/Used")),
+                "memory_free_bytes": mib_to_bytes(value("FB Memory Usage/Free")),
+                "processes": [],
+            }
+        )
+    attached = top.get("Attached GPUs", "")
+    return {
+        "driver_version": None if _na(top.get("Driver Version")) else top["Driver Version"],
+        "cuda_version": None if _na(top.get("CUDA Version")) else top["CUDA Version"],
+        "attached_gpus": int(attached) if attached.isdigit() else len(gpus),
+        "gpus": gpus,
+        "format": "text",
+    }
+
+
+def render_query_gpu(info):
+    """parse_smi_xml/parse_smi_text's GPUs as `--query-gpu` CSV (with its header).
+
+    Used where a capture has `nvidia-smi -q` but no --query-gpu table (a support
+    bundle): indices follow the order of the GPUs in it (PCI bus order, as
+    nvidia-smi numbers them); the compute capability is not in -q (empty).
+    """
+
+    def mib(value):
+        return "" if value is None else str(value // MIB)
+
+    lines = [", ".join(QUERY_GPU_FIELDS)]
+    for index, gpu in enumerate(info.get("gpus") or []):
+        persistence = gpu.get("persistence_mode")
+        lines.append(
+            ", ".join(
+                [
+                    str(index),
+                    gpu.get("name") or "",
+                    gpu.get("uuid") or "",
+                    gpu.get("pci_bus_id") or "",
+                    mib(gpu.get("memory_total_bytes")),
+                    mib(gpu.get("memory_used_bytes")),
+                    mib(gpu.get("memory_free_bytes")),
+                    "N/A",
+                    "N/A" if persistence is None else ("Enabled" if persistence else "Disabled"),
+                    info.get("driver_version") or "N/A",
+                ]
+            )
+        )
+    return "\n".join(lines) + "\n"
+
+
 def parse_smi_xml(text):
-    """Parse `nvidia-smi -q -x`: driver version, highest CUDA, per-GPU details."""
+    """Parse `nvidia-smi -q -x`: driver version, highest CUDA, per-GPU details.
+
+    Text that is not XML is read as `nvidia-smi -q` text (parse_smi_text): a
+    support bundle's capture answers the same questions.
+    """
+    if not (text or "").lstrip().startswith("<"):
+        return parse_smi_text(text)
     try:
         root = ET.fromstring(text)  # noqa: S314 - local nvidia-smi output, no entities
     except ET.ParseError as exc:

@@ -167,12 +167,23 @@ def test_lspci_vvv_blocks_root_and_not_root():
     redirect = fab.parse_lspci_vvv(_read(PUBLIC / "lspci-vvv-amd-gpp-acs-redirect.txt"))
     assert redirect["0000:00:01.1"] == {
         "class": "PCI bridge",
+        "name": "Advanced Micro Devices, Inc. [AMD] Starship/Matisse GPP Bridge (prog-if 00 "
+        "[Normal decode])",
         "acs": {**OFF, "SrcValid": True, "ReqRedir": True, "CmpltRedir": True, "UpstreamFwd": True},
         "readable": True,
+        "buses": None,  # the thread's excerpt starts below the Bus: line
     }
     assert redirect["0000:00:01.2"]["acs"] is None  # no ACS capability shown
     nonroot = fab.parse_lspci_vvv(_read(PUBLIC / "lspci-vvv-pex890xx-nonroot.txt"))
-    assert nonroot == {"0000:a9:03.0": {"class": "PCI bridge", "acs": None, "readable": False}}
+    assert nonroot == {
+        "0000:a9:03.0": {
+            "class": "PCI bridge",
+            "name": "Broadcom / LSI PEX890xx PCIe Gen 5 Switch (rev b0) (prog-if 00 [Normal decode])",
+            "acs": None,
+            "readable": False,
+            "buses": (0xAD, 0xAD),  # "Bus: primary=a9, secondary=ad, subordinate=ad"
+        }
+    }
 
 
 def test_lspci_n_where_lspci_vvv_is_wanted_is_refused():
@@ -346,6 +357,7 @@ def test_p2p_not_ok_and_iommu_translating_warn(tmp_path):
         "groups": 212,
         "cmdline": {"intel_iommu": "on"},
         "mode": "translated",
+        "cmdline_mode": "on",
     }
     first, second = fab.fabric_warnings(facts, [0, 1], 2)
     assert first.startswith(

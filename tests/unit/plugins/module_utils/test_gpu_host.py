@@ -130,7 +130,12 @@ def test_live_host_reads_the_same_facts_as_the_capture(tmp_path, monkeypatch):
     assert live["cuda"]["initialised"] is True
     assert live["cuda"]["device_count"] == 2
     assert live["fabric"]["gpus"][0]["bridges"] == []  # a VM: the GPU sits on the root bus
-    assert live["fabric"]["iommu"] == {"groups": 0, "cmdline": {}, "mode": "off"}
+    assert live["fabric"]["iommu"] == {
+        "groups": 0,
+        "cmdline": {},
+        "mode": "off",
+        "cmdline_mode": "unknown",
+    }
     assert live["fabric"]["acs_source"] == "sysfs"
     # No /dev/nvidia* in the tree: the nodes are named, with the host-side fix.
     assert live["device_nodes"] == {}
