@@ -61,7 +61,7 @@ _PCI_LINE_RES = (
 #   18:00.0 3D controller: NVIDIA Corporation GH100 [H100 NVL] (rev a1)
 _PCI_NAMED_RE = re.compile(
     r"^(?P<slot>(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+"
-    r"(?P<klass>[A-Za-z][^:\[]*?)(?:\s+\[[0-9a-fA-F]{4}\])?:\s+(?P<name>.*)$"
+    r"(?P<klass>[A-Za-z0-9][^:\[]*?)(?:\s+\[[0-9a-fA-F]{4}\])?:\s+(?P<name>.*)$"
 )
 GPU_PCI_CLASS_NAMES = ("vga compatible controller", "3d controller")
 NVIDIA_PCI_VENDOR_NAME = "NVIDIA Corporation"
@@ -121,6 +121,9 @@ _XID_RE = re.compile(
     r"NVRM: Xid \(PCI:(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-7])?\):\s*"
     r"(?P<xid>\d+),\s*(?P<text>.*)$"
 )
+# Newer drivers say it without an Xid line, over three lines:
+# "NVRM: The NVIDIA GPU 0000:b3:00.0" ... "NVRM: fallen off the bus and is not responding".
+_FALLEN_GPU_RE = re.compile(r"NVRM: The NVIDIA GPU (?P<bus>[0-9A-Fa-f:.]+)\s*$")
 _DMESG_TIME_RE = re.compile(r"^\[\s*(?P<time>\d+\.\d+)\]")
 # Xid codes that need the GPU reset or the host rebooted before it serves again
 # (NVIDIA's Xid catalog: 48 DBE, 63/64 row remapping, 79 fallen off the bus,
@@ -147,10 +150,26 @@ def parse_kernel_log(text):
     "text", "time"}] in order}. Lines that are neither are skipped: a kernel
     log holds everything else too.
     """
-    banner, xids = None, []
+    banner, xids, fallen = None, [], None
     for line in (text or "").splitlines():
         if "NVRM: loading NVIDIA UNIX" in line:
             banner = line.strip()
+            continue
+        head = _FALLEN_GPU_RE.search(line)
+        if head:
+            fallen = (head.group("bus"), _DMESG_TIME_RE.match(line.strip()))
+            continue
+        if fallen and "fallen off the bus" in line:
+            bus, stamp = fallen
+            xids.append(
+                {
+                    "bus_id": normalise_bus_id(bus),
+                    "xid": 79,
+                    "text": "fallen off the bus (the driver's message, without an Xid line)",
+                    "time": float(stamp.group("time")) if stamp else None,
+                }
+            )
+            fallen = None
             continue
         match = _XID_RE.search(line)
         if match:
