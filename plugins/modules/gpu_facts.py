@@ -24,6 +24,11 @@ description:
     the driver hold, is a problem naming the missing bus ids; so are missing device nodes and a
     failed CUDA initialisation. The module fails on problems unless O(fail_on_problems=false).
   - Text in an unrecognised format always fails, saying which text and what was wanted.
+  - Through O(fixture_dir) it also reads the support bundles people post in issues -
+    C(nvidia-smi -q) as text (in place of C(-q -x) and C(--query-gpu)), C(lspci -vvv) (GPUs by
+    class and vendor name, the bridges above each GPU from their bus ranges, their ACS control
+    bits), the kernel log (C(dmesg), with or without timestamps; the driver's banner and Xid
+    errors) and C(/proc/cmdline) (the IOMMU state).
 options:
   nvidia_smi_path:
     description:
@@ -79,14 +84,15 @@ options:
   fixture_dir:
     description:
       - B(Test seam.) A directory of captured outputs, one file per command or input, in the
-        layout of tests/fixtures/gpu/README.md (C(nvidia-smi-query-gpu.csv), C(nvidia-smi-q.xml),
+        layout of tests/fixtures/gpu/README.md (C(nvidia-smi-query-gpu.csv), C(nvidia-smi-q.xml)
+        or C(nvidia-smi-q.txt), C(dmesg.txt),
         C(nvidia-smi-topo-m.txt), C(nvidia-smi-topo-p2p-r.txt), C(nvidia-smi-query-fabric.csv),
         C(nvidia-smi-query-compute-apps.csv), C(proc-driver-nvidia-version.txt),
         C(proc-driver-nvidia-gpus.txt), C(lspci-n.txt), C(lspci-vvv.txt), C(sysfs-pci-paths.txt),
         C(proc-cmdline.txt), C(sysfs-iommu.txt), C(dev-nvidia.txt), C(cuda-init.json), ...;
         a C(<file>.rc) beside an nvidia-smi capture holds its exit status). When set, nothing is
         run or read on the host; the same parsers read these files instead. A missing
-        C(nvidia-smi-query-gpu.csv) means C(nvidia-smi) is absent.
+        C(nvidia-smi-query-gpu.csv) (and no C(nvidia-smi-q.txt)) means C(nvidia-smi) is absent.
       - Meant for labs and CI without a GPU; never set it in production.
     type: path
 author:
@@ -181,7 +187,8 @@ gpu_facts:
     kernel_module:
       description: >-
         Loaded kernel module flavour (C(open), C(proprietary) or C(unknown)), its version and
-        where that was read (C(proc) or C(modinfo)).
+        where that was read (C(proc), C(kernel_log) (the banner in a captured C(dmesg)) or
+        C(modinfo)).
       type: dict
       sample: {"flavour": "open", "version": "580.159.04", "source": "proc"}
     gpus:
@@ -230,6 +237,28 @@ gpu_facts:
     container:
       description: The container kind when this machine is one (C(lxc), C(docker)), else null.
       type: str
+    kernel_log:
+      description: >-
+        What a captured kernel log (C(dmesg.txt) in O(fixture_dir)) says of the driver; null when
+        none was read.
+      type: dict
+      contains:
+        banner:
+          description: "The last C(NVRM: loading NVIDIA UNIX ...) line, or null."
+          type: str
+          sample: "[    1.792940] NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  525.60.11  Release Build ..."
+        xids:
+          description: >-
+            Xid errors in order: C(bus_id) (str), C(xid) (int), C(text) (str), C(time) (float,
+            seconds since boot, null without timestamps). The driver's "fallen off the bus"
+            message without an Xid line counts as Xid 79.
+          type: list
+          elements: dict
+          sample: [{"bus_id": "0000:44:00.0", "xid": 79, "text": "GPU has fallen off the bus", "time": null}]
+        warnings:
+          description: One line per GPU with an Xid that needs a reset or a reboot (48, 63, 64, 74, 79, 92, 94, 95, 119, 120).
+          type: list
+          elements: str
     fabric:
       description: >-
         The PCIe fabric (null when nvidia-smi does not answer or O(fabric=false)): C(gpus) per
@@ -237,9 +266,11 @@ gpu_facts:
         C(pstate), C(status) ok/idle/degraded/unknown, C(why)), C(ecc_mode),
         C(ecc_uncorrected_volatile), C(retired_pages_pending), C(remapped_rows_pending),
         C(remapped_rows_failure), C(bridges) above the GPU (C(bus_id), C(acs) control bits,
-        C(readable)), C(iommu_group), C(iommu_type); C(p2p_read) (C(matrix) of
+        C(readable); from sysfs paths, or from the bridges' bus ranges in C(lspci -vvv)),
+        C(iommu_group), C(iommu_type); C(p2p_read) (C(matrix) of
         OK/CNS/GNS/TNS/NS/DR/U, C(not_ok)); C(iommu) (C(groups), C(cmdline), C(mode)
-        off/passthrough/translated/unknown); C(acs_source) (lspci, sysfs or null);
+        off/passthrough/translated/unknown, C(cmdline_mode) (str) off/on/passthrough/unknown
+        from the kernel command line alone); C(acs_source) (lspci, sysfs or null);
         C(warnings) (degraded links, ECC errors, remapping), each with its fix.
       type: dict
 """

@@ -178,7 +178,8 @@ def test_lspci_vvv_blocks_root_and_not_root():
     assert nonroot == {
         "0000:a9:03.0": {
             "class": "PCI bridge",
-            "name": "Broadcom / LSI PEX890xx PCIe Gen 5 Switch (rev b0) (prog-if 00 [Normal decode])",
+            "name": "Broadcom / LSI PEX890xx PCIe Gen 5 Switch (rev b0) (prog-if 00 "
+            "[Normal decode])",
             "acs": None,
             "readable": False,
             "buses": (0xAD, 0xAD),  # "Bus: primary=a9, secondary=ad, subordinate=ad"
