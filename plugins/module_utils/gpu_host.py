@@ -80,6 +80,7 @@ class FixtureHost:
         # No capture of the main query (nor an `nvidia-smi -q` text) means nvidia-smi is absent.
         present = self._path("query_gpu") or self._path("smi_text")
         self.nvidia_smi = "nvidia-smi" if present else None
+        self.capture_problems = []  # what the captures themselves lack (a truncated paste)
 
     def _path(self, key):
         path = os.path.join(self.fixture_dir, FIXTURE_FILES[key])
@@ -101,7 +102,14 @@ class FixtureHost:
             # A support bundle's `nvidia-smi -q` text answers both (gather parses it as -q -x).
             text = self.read("smi_text")
             if key == "query_gpu":
-                text = nvidia_smi.render_query_gpu(nvidia_smi.parse_smi_text(text))
+                info = nvidia_smi.parse_smi_text(text)
+                if info["attached_gpus"] > len(info["gpus"]):
+                    self.capture_problems.append(
+                        f"{FIXTURE_FILES['smi_text']} says {info['attached_gpus']} attached GPUs "
+                        f"but holds the blocks of {len(info['gpus'])}: the capture is cut "
+                        "(paste all of `nvidia-smi -q`); the GPU count read from it is short"
+                    )
+                text = nvidia_smi.render_query_gpu(info)
             return 0, text, ""
         if text is None:
             return 127, "", f"no capture {FIXTURE_FILES[key]} in {self.fixture_dir}"
@@ -289,7 +297,11 @@ def gather(host, expected_bus_ids=None, fabric=True, device_nodes=True):
             cmdline_text=host.read("cmdline"),
             iommu_text=host.read("iommu"),
         )
-    facts["problems"] = facts["problems"] + gpu_facts.runtime_problems(facts)
+    facts["problems"] = (
+        facts["problems"]
+        + list(getattr(host, "capture_problems", []))
+        + gpu_facts.runtime_problems(facts)
+    )
     return facts
 
 

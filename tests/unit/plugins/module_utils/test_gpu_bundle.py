@@ -253,6 +253,23 @@ def test_text_q_in_a_capture_is_no_longer_an_error(tmp_path):
     assert collect_from_fixture(str(tmp_path))["gpu_count"] == 2
 
 
+def test_a_cut_paste_of_nvidia_smi_q_is_a_problem_not_a_smaller_host(tmp_path):
+    """microsoft/WSL#7852: `nvidia-smi -q` of 4 GPUs, as far as the thread's excerpt goes."""
+    shutil.copy(PUBLIC / "nvidia-smi-q-4gpu-first-block-wsl7852.txt", tmp_path / "nvidia-smi-q.txt")
+    facts = collect_from_fixture(str(tmp_path))
+    assert facts["gpu_count"] == 1
+    assert facts["driver_version"] == "510.06"
+    assert facts["gpus"][0]["name"] == "NVIDIA TITAN RTX"
+    assert facts["gpus"][0]["minor_number"] is None  # N/A under WDDM
+    cut = (
+        "nvidia-smi-q.txt says 4 attached GPUs but holds the blocks of 1: the capture is cut "
+        "(paste all of `nvidia-smi -q`); the GPU count read from it is short"
+    )
+    assert facts["problems"] == [cut]
+    # The whole capture has no such problem.
+    assert "attached GPUs" not in " ".join(collect_from_fixture(str(P2P))["problems"])
+
+
 def test_module_returns_the_bundle_facts():
     result = run_module(gpu_facts.main, {"fixture_dir": str(BUNDLE), "fail_on_problems": False})
     assert result["failed"] is False
