@@ -38,20 +38,20 @@ BOUNDS = {
     "kimi-k25-rtx-pro-6000-tp8-fp8kv": (
         0.35,
         ("a published table, not a log: ~449,600 tokens (rounded), no weights or "
-        "available-memory line, from a patched nightly vLLM on SM120. Those tokens need "
-        "14.71 GiB of FP8 latent per GPU; with the weights model_fit counts (595 GB / 8 "
-        "plus 1.9 GiB of replicated MLA projections and router) 0.93 x 97,887 MiB leaves "
-        "3.2 GiB for everything else, 1.4 GiB for the activation peak after the driver "
-        "reserve and non-torch memory: about 9 bytes per logit over vLLM's default 1,024 "
-        "sampler rows, where the derived-from logs show 36-43 (a sort-based sampler). A "
-        "sampler that does not sort (FlashInfer's top-k/top-p: fp32 logits and "
-        "probabilities, ~8 bytes) fits it; the model cannot tell which sampler a release "
-        "picks on which GPU, so it under-promises here (the safe side)")),
+         "available-memory line, from a patched nightly vLLM on SM120. Those tokens need "
+         "14.71 GiB of FP8 latent per GPU; with the weights model_fit counts (595 GB / 8 "
+         "plus 1.9 GiB of replicated MLA projections and router) 0.93 x 97,887 MiB leaves "
+         "3.2 GiB for everything else, 1.4 GiB for the activation peak after the driver "
+         "reserve and non-torch memory: about 9 bytes per logit over vLLM's default 1,024 "
+         "sampler rows, where the derived-from logs show 36-43 (a sort-based sampler). A "
+         "sampler that does not sort (FlashInfer's top-k/top-p: fp32 logits and "
+         "probabilities, ~8 bytes) fits it; the model cannot tell which sampler a release "
+         "picks on which GPU, so it under-promises here (the safe side)")),
     "qwen3-235b-a22b-fp8-h100-tp4-v0.9.2": (
         0.20,
         ("no weights line (the FP8 checkpoint's ~236 GB / 4 assumed), an LMCache KV "
-        "connector, vLLM 0.9.2; the KV cache is only 8.11 GiB of a 79 GiB GPU, so the "
-        "1.3 GiB over-promise (1.6 % of the GPU's memory) is 16 % of the KV cache")),
+         "connector, vLLM 0.9.2; the KV cache is only 8.11 GiB of a 79 GiB GPU, so the "
+         "1.3 GiB over-promise (1.6 % of the GPU's memory) is 16 % of the KV cache")),
 }
 
 
@@ -95,7 +95,7 @@ def predict(settings):
     config = json.loads((LOGS / settings["config"]).read_text())
     serve = dict(settings["serve"], gpu_memory_utilization=settings["gpu_memory_utilization"])
     split = serve.get("tensor_parallel_size", 1) * serve.get("pipeline_parallel_size", 1)
-    _, _, weights_gib = logged_figures(settings)
+    weights_gib = logged_figures(settings)[2]
     if settings["weights_from"] == "logged":
         # The weight_bytes whose share per GPU model_fit makes the logged figure:
         # the replicated part once on each GPU, the rest split.
@@ -117,7 +117,7 @@ def _error(predicted, logged):
 
 def evaluate(settings):
     """One row: the logged and predicted figures, their errors, and the bound."""
-    available, tokens, _ = logged_figures(settings)
+    available, tokens = logged_figures(settings)[:2]
     report = predict(settings)
     compare_tokens = settings.get("compare_tokens", True) and tokens is not None
     bound, why = BOUNDS.get(settings["name"], (ERROR_BOUND, ""))

@@ -172,9 +172,9 @@ def overhead_terms(cfg, *, memory_total_bytes, gpu_memory_utilization, tp, pp=1,
     util = Decimal(str(gpu_memory_utilization))
     reserve = int(util * driver_reserve_bytes(memory_total_bytes))
     non_torch = NON_TORCH_BYTES + (NON_TORCH_TP_BYTES if int(tp) > 1 else 0)
-    forward = int(max_num_batched_tokens) * forward_bytes_per_token(cfg, int(tp),
-                                                                   bool(expert_parallel))
-    # Only the last pipeline stage samples.
+    forward = int(max_num_batched_tokens) * forward_bytes_per_token(
+        cfg, int(tp), bool(expert_parallel))
+    # Only the last pipeline stage samples; its GPUs are the fullest, the figure for all.
     sampler = sampler_bytes(cfg, max_num_seqs, max_num_batched_tokens)
     activation = max(forward, sampler)
     graphs = cudagraph_bytes(cfg, -(-int(layers) // max(1, int(pp))), vllm_version_tuple,
