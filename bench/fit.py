@@ -47,6 +47,14 @@ BOUNDS = {
          "sampler that does not sort (FlashInfer's top-k/top-p: fp32 logits and "
          "probabilities, ~8 bytes) fits it; the model cannot tell which sampler a release "
          "picks on which GPU, so it under-promises here (the safe side)")),
+    "glm-5.1-fp8-h200-tp8-eager-v0.19.1": (
+        0.08,
+        ("held apart, added after the model: -7.5 %, 2.4 GiB under vLLM's figure. The log "
+         "leaves 4.38 GiB besides weights and KV at 0.9 x 139.81 GiB, about 3.2 GiB for the "
+         "activation peak after non-torch memory; the model's peak is the sampler's 5.6 GiB "
+         "(1,024 rows x 154,880 x 38 B). GLM-5.2, the same architecture, logged a 6.31 GiB "
+         "peak on vLLM 0.26 (compiled, GB200): the peak is the least certain term, and the "
+         "model takes the larger, so it under-promises here (the safe side)")),
     "qwen3-235b-a22b-fp8-h100-tp4-v0.9.2": (
         0.20,
         ("no weights line (the FP8 checkpoint's ~236 GB / 4 assumed), an LMCache KV "
