@@ -45,6 +45,10 @@ means vllm-project/vllm:vllm/v1/core/kv_cache_utils.py at the same commit.
   position across the DCP ranks: a request needs cdiv(max_model_len, dcp) tokens
   on each rank (FullAttentionSpec.max_memory_usage_bytes), so capacity grows
   DCP-fold instead of replicating the latent on every tensor-parallel rank.
+* Memory per GPU besides weights and KV cache (the overhead): fit_overhead.py, term by
+  term (driver reserve, non-torch, the profiling run's activation peak, CUDA graphs),
+  derived from public start-up logs (tests/fixtures/vllm_startup_logs); weights per GPU
+  count what vLLM replicates on every tensor-parallel rank (replicated_weight_bytes).
 * Logged "GPU KV cache size": vLLM <= 0.19 logs num_blocks // groups x min block
   size x dcp x pcp (kv_cache_utils._report_kv_cache_config; vllm-project/vllm
   issue 40691 shows it on 0.19.0); newer releases log int(max_concurrency x
@@ -57,6 +61,7 @@ import json
 import re
 from decimal import Decimal
 
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils import fit_overhead
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.nvidia_smi import GpuFactsError
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.nvidia_smi import (
     parse_compute_capability as _parse_cc,
@@ -67,9 +72,10 @@ MIB = 1024**2
 DEFAULT_BLOCK_SIZE = 16
 # FlashMLA sparse (the DSA backends) and the DeepGEMM indexer use 64-token blocks.
 SPARSE_MLA_BLOCK_SIZE = 64
-# Tokens scheduled per step when serve does not set max_num_batched_tokens; only
-# sliding-window layers depend on it. vLLM picks 8192 for an OpenAI server on GPUs
-# with >= 70 GiB (EngineArgs._set_default_args); an assumption for smaller ones.
+# Tokens scheduled per step when serve does not set max_num_batched_tokens and the
+# GPU is not known; with GPU facts the fit takes vLLM's own default for that GPU
+# (fit_overhead.server_batch_defaults: 16384 on >= 160 GiB, 8192 on >= 70 GiB other
+# than A100, 2048 otherwise). Sliding-window layers and the activation peak use it.
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
 # vLLM's fp8_ds_mla layout (vllm/v1/attention/backends/mla/flashmla_sparse.py):
 # 512 FP8 latent values + 4 fp32 scales + 64 bf16 RoPE values = 656 bytes.
@@ -97,53 +103,20 @@ _DTYPE_BYTES = {
 
 
 # ---------------------------------------------------------------------------
-# Per-GPU overhead, derived from public vLLM start-up logs
+# Per-GPU overhead: modelled term by term in fit_overhead.py
 # ---------------------------------------------------------------------------
 #
-# overhead = gpu_memory_utilization x memory.total - "Model loading took"
-#            - "Available KV cache memory"
-# i.e. everything vLLM keeps per GPU besides weights and KV cache (activation peak
-# of the profiling run, NCCL and cuBLAS workspaces, CUDA graphs on vLLM >= 0.21,
-# the driver's reserve inside nvidia-smi's memory.total). It depends on the
-# batch limits and the vLLM release as much as on the model, so each class's
-# figure is the one public log we could read completely; override it per model
-# or hardware profile (overhead_bytes_per_gpu) when you have your own log.
-OVERHEAD_LOGS = {
-    "full": {
-        "what": "MiniMax-M2.5 FP8, GQA, TP4 on RTX PRO 6000 Blackwell (97,887 MiB), vLLM default "
-                "gpu_memory_utilization 0.9",
-        "source": "https://github.com/voipmonitor/rtx6kpro/blob/"
-                  "07e889858b0b03c467963611d5d26fbaf15301c0/models/minimax-m25.md",
-        "gpu_memory_utilization": "0.9",
-        "memory_total_bytes": 97_887 * MIB,
-        "weights_gib": "53.75",
-        "available_kv_gib": "23.62",
-    },
-    "mla": {
-        "what": "Kimi-K2.5 INT4, MLA, TP8 on RTX PRO 6000, FP8 KV, gpu_memory_utilization 0.93: "
-                "~449,600 tokens (no weights line published; weights = 595 GB / 8)",
-        "source": "https://github.com/voipmonitor/rtx6kpro/blob/"
-                  "07e889858b0b03c467963611d5d26fbaf15301c0/models/kimi-k25.md",
-        "gpu_memory_utilization": "0.93",
-        "memory_total_bytes": 97_887 * MIB,
-        "weights_bytes": 595_000_000_000 // 8,
-        # 449,600 tokens x 61 layers x 576 B (fp8 latent) per token
-        "available_kv_bytes": 449_600 * 61 * 576,
-    },
-    "hybrid": {
-        "what": "gpt-oss-20b MXFP4 (sliding + full attention), TP1 on A100 80GB (81,920 MiB), "
-                "gpu_memory_utilization 0.65, vLLM 0.19.0",
-        "source": "https://myoceane.fr/index.php/ai-vllm-a100-gemma-4/",
-        "gpu_memory_utilization": "0.65",
-        "memory_total_bytes": 81_920 * MIB,
-        "weights_gib": "13.72",
-        "available_kv_gib": "36.56",
-    },
-}
+# overhead = everything vLLM keeps per GPU besides weights and KV cache. It was one
+# constant per attention class (each from a single log, 6-13.5 % high end to end);
+# it is now the sum of four terms from the GPU, the layout and config.json
+# (driver reserve, non-torch memory, the profiling run's activation peak, CUDA
+# graphs where vLLM counts them), see fit_overhead.py. A catalog entry or hardware
+# profile can still set overhead_bytes_per_gpu from its own log.
 
 
 def overhead_from_log(log):
-    """Bytes per GPU that are neither weights nor KV cache, from one public log."""
+    """Bytes per GPU that are neither weights nor KV cache, from one public log:
+    gpu_memory_utilization x memory.total - weights - available KV cache."""
     usable = int(Decimal(log["gpu_memory_utilization"]) * log["memory_total_bytes"])
     weights = log.get("weights_bytes")
     if weights is None:
@@ -154,21 +127,9 @@ def overhead_from_log(log):
     return usable - weights - available
 
 
-def _default_overheads():
-    derived = {name: overhead_from_log(log) for name, log in OVERHEAD_LOGS.items()}
-    # No public sparse-MLA log gives weights and free memory together: its
-    # overhead is taken as plain MLA's (same activations, plus the indexer's
-    # small prefill workspace).
-    derived["sparse_mla"] = derived["mla"]
-    return derived
-
-
 def gib_to_bytes(gib):
     """A GiB figure as vLLM logs it (two decimals) to bytes."""
     return int(Decimal(str(gib)) * GIB)
-
-
-DEFAULT_OVERHEAD_BY_CLASS = _default_overheads()
 
 
 _LOG_PATTERNS = {
@@ -925,6 +886,39 @@ def kv_capacity(layout, available_bytes, opts, vllm_version=None):
 # ---------------------------------------------------------------------------
 
 
+def replicated_weight_bytes(config, quantization=None):
+    """Bytes of weights every tensor-parallel rank holds in full (vLLM does not split them).
+
+    In vLLM's deepseek_v2.py (DeepSeek-V3/V3.2, Kimi-K2, GLM-5; read at 0.32.0) the MLA
+    down-projections q_a_proj and kv_a_proj_with_mqa (fused_qkv_a_proj, disable_tp),
+    the sparse-MLA indexer's wq_b (ReplicatedLinear) and wk + weights_proj (BF16,
+    disable_tp), and the MoE router (GateLinear, hidden x experts) are replicated. A
+    checkpoint's size split over tensor parallel counts them once in total instead of
+    once per GPU. Block-FP8 checkpoints keep the projections in FP8 (1 byte), others
+    in BF16; other designs: 0 (their replicated norms and biases are small).
+    """
+    cfg = text_config(config)
+    layers = _int(cfg.get("num_hidden_layers") or 0, "num_hidden_layers")
+    hidden = _int(cfg.get("hidden_size") or 0, "hidden_size")
+    method = str((quantization or {}).get("method") or "").lower()
+    proj_bytes = 1 if method == "fp8" else 2
+    total = 0
+    if cfg.get("kv_lora_rank"):
+        q_rank = _int(cfg.get("q_lora_rank") or 0, "q_lora_rank")
+        latent = (_int(cfg["kv_lora_rank"], "kv_lora_rank")
+                  + _int(cfg.get("qk_rope_head_dim") or 0, "qk_rope_head_dim"))
+        total += layers * hidden * (q_rank + latent) * proj_bytes
+        if _architecture(config, cfg) in SPARSE_MLA_ARCHITECTURES or cfg.get("index_topk"):
+            heads = _int(cfg.get("index_n_heads") or 64, "index_n_heads")
+            dim = _int(cfg.get("index_head_dim") or 128, "index_head_dim")
+            total += layers * (q_rank * heads * dim * proj_bytes + hidden * (dim + heads) * 2)
+    experts = _num_experts(cfg)
+    if experts:
+        dense = _int(cfg.get("first_k_dense_replace") or 0, "first_k_dense_replace")
+        total += max(0, layers - dense) * hidden * experts * 2
+    return total
+
+
 def weight_bytes_from_index(index):
     """metadata.total_size of model.safetensors.index.json."""
     try:
@@ -964,6 +958,8 @@ _SERVE_DEFAULTS = {
     "kv_cache_dtype": "auto",
     "block_size": None,
     "max_num_batched_tokens": None,
+    "max_num_seqs": None,
+    "enforce_eager": False,
     "speculative_config": None,
     "kv_cache_memory_bytes": None,
     "mamba_ssm_cache_dtype": "auto",
@@ -982,9 +978,8 @@ NO_MEMORY_EFFECT = {
     "limit_mm_per_prompt", "mm_processor_cache_gb", "mm_processor_cache_type",
     "allowed_local_media_path", "quantization", "model_loader_extra_config",
     "enable_flashinfer_autotune",
-    # These only lower memory (no CUDA graphs, no vision encoder); the estimate stays
-    # on the safe side.
-    "enforce_eager", "language_model_only",
+    # Only lowers memory (no vision encoder); the estimate stays on the safe side.
+    "language_model_only",
 }
 
 
@@ -1021,7 +1016,7 @@ def _speculative(spec, attention):
     return tokens, layers, notes
 
 
-def _serve(serve, attention):
+def _serve(serve, attention, hw=None):
     serve = dict(serve or {})
     out = {}
     for key, default in _SERVE_DEFAULTS.items():
@@ -1038,8 +1033,14 @@ def _serve(serve, attention):
     else:
         out["block_size"] = (SPARSE_MLA_BLOCK_SIZE if attention["kind"] == "sparse MLA"
                              else DEFAULT_BLOCK_SIZE)
+    out["enforce_eager"] = _bool(out["enforce_eager"])
+    # vLLM's own batch defaults for this GPU (an OpenAI server), else the >= 70 GiB ones.
+    tokens_default, seqs_default = (
+        fit_overhead.server_batch_defaults(hw["memory_total_bytes"], hw.get("name")) if hw
+        else (DEFAULT_MAX_NUM_BATCHED_TOKENS, 1024))
     out["max_num_batched_tokens"] = _int(
-        out["max_num_batched_tokens"] or DEFAULT_MAX_NUM_BATCHED_TOKENS, "max_num_batched_tokens")
+        out["max_num_batched_tokens"] or tokens_default, "max_num_batched_tokens")
+    out["max_num_seqs"] = _int(out["max_num_seqs"] or seqs_default, "max_num_seqs")
     util = Decimal(str(out["gpu_memory_utilization"]))
     if not Decimal(0) < util <= Decimal(1):
         raise ModelFitError(f"gpu_memory_utilization must be in (0, 1], got {util}")
@@ -1262,12 +1263,24 @@ def _dtype_bytes(name, fallback):
     return _DTYPE_BYTES.get(str(name).lower()) or fallback
 
 
-def _resolve_overhead(attention, overhead_bytes_per_gpu):
+def _resolve_overhead(context, overhead_bytes_per_gpu):
+    """(bytes, class, source, terms): the given figure, or the modelled terms."""
+    attention, cfg, opts, hw = (context[k] for k in ("attention", "cfg", "opts", "hw"))
     overhead_class = _overhead_class(attention)
+    version = context["vllm_version"]
+    terms = fit_overhead.overhead_terms(
+        cfg, memory_total_bytes=hw["memory_total_bytes"],
+        gpu_memory_utilization=opts["gpu_memory_utilization"],
+        tp=opts["tensor_parallel_size"], pp=opts["pipeline_parallel_size"],
+        expert_parallel=opts["enable_expert_parallel"],
+        max_num_batched_tokens=opts["max_num_batched_tokens"],
+        max_num_seqs=opts["max_num_seqs"], layers=attention["num_layers"],
+        vllm_version_tuple=parse_version(version) if version not in (None, "") else None,
+        enforce_eager=opts["enforce_eager"])
     if overhead_bytes_per_gpu in (None, ""):
-        return (DEFAULT_OVERHEAD_BY_CLASS[overhead_class], overhead_class,
-                f"default for {overhead_class} attention ({_overhead_source(overhead_class)})")
-    return _int(overhead_bytes_per_gpu, "overhead_bytes_per_gpu"), overhead_class, "given"
+        return (terms["total"], overhead_class, _overhead_source(terms), terms)
+    return (_int(overhead_bytes_per_gpu, "overhead_bytes_per_gpu"), overhead_class, "given",
+            terms)
 
 
 def _model_and_state_bytes(config, cfg, opts):
@@ -1321,12 +1334,13 @@ def model_fit(config, *, serve=None, gpu=None, weight_bytes=None, hf_quant_confi
     tensor x pipeline x data parallel / nodes GPUs of its own.
     """
     attention = attention_info(config)
-    opts = _serve(serve, attention)
-    opts["nodes"] = _nodes(nodes, opts)
     hw = _gpu(gpu)
+    opts = _serve(serve, attention, hw)
+    opts["nodes"] = _nodes(nodes, opts)
     cfg = text_config(config)
-    overhead, overhead_class, overhead_source = _resolve_overhead(attention,
-                                                                  overhead_bytes_per_gpu)
+    overhead, overhead_class, overhead_source, overhead_terms = _resolve_overhead(
+        {"attention": attention, "cfg": cfg, "opts": opts, "hw": hw,
+         "vllm_version": vllm_version}, overhead_bytes_per_gpu)
     if weight_bytes in (None, ""):
         raise ModelFitError("weight_bytes (total bytes of the weights) is required")
     weights_total = _int(weight_bytes, "weight_bytes")
@@ -1346,7 +1360,11 @@ def model_fit(config, *, serve=None, gpu=None, weight_bytes=None, hf_quant_confi
     # Each data-parallel replica holds a full tensor-parallel shard of the
     # weights (with expert parallel the experts spread over tp x dp GPUs, so
     # this is an upper bound when dp > 1).
-    weights_per_gpu = _cdiv(weights_total, tp * opts["pipeline_parallel_size"])
+    # Replicated weights (the MLA down-projections, the indexer, the router) are on
+    # every tensor-parallel rank in full; the rest is split.
+    replicated = min(replicated_weight_bytes(config, quant), weights_total) if tp > 1 else 0
+    weights_per_gpu = (_cdiv(weights_total - replicated, tp * opts["pipeline_parallel_size"])
+                       + _cdiv(replicated, opts["pipeline_parallel_size"]))
     usable = int(opts["gpu_memory_utilization"] * hw["memory_total_bytes"])
     if opts["kv_cache_memory_bytes"] not in (None, ""):
         kv_budget = _int(opts["kv_cache_memory_bytes"], "kv_cache_memory_bytes")
@@ -1393,6 +1411,7 @@ def model_fit(config, *, serve=None, gpu=None, weight_bytes=None, hf_quant_confi
         "block_size": layout["min_block_size"],
         "weights_bytes_total": weights_total,
         "weights_bytes_per_gpu": weights_per_gpu,
+        "weights_replicated_bytes_per_gpu": replicated,
         "nodes": opts["nodes"],
         # GPUs each host of the replica needs (all of them when nodes is 1).
         "gpus_needed": gpus_needed,
@@ -1403,6 +1422,10 @@ def model_fit(config, *, serve=None, gpu=None, weight_bytes=None, hf_quant_confi
         "overhead_bytes_per_gpu": overhead,
         "overhead_class": overhead_class,
         "overhead_source": overhead_source,
+        # The modelled terms (bytes per GPU), also when overhead_bytes_per_gpu is given.
+        "overhead_terms": overhead_terms,
+        "max_num_batched_tokens": opts["max_num_batched_tokens"],
+        "max_num_seqs": opts["max_num_seqs"],
         "kv_budget_bytes_per_gpu": kv_budget,
         "kv_cache_blocks": capacity["num_blocks"],
         "kv_cache_tokens": capacity["tokens"],
@@ -1446,9 +1469,14 @@ def _nodes(nodes, opts):
     return count
 
 
-def _overhead_source(name):
-    log = OVERHEAD_LOGS.get("mla" if name == "sparse_mla" else name)
-    return f"derived from {log['what']}; {log['source']}"
+def _overhead_source(terms):
+    """The modelled overhead in words, term by term."""
+    which = ("sampler" if terms["activation_sampler"] >= terms["activation_forward"]
+             else "forward pass")
+    return (f"modelled: driver reserve {_gib(terms['driver_reserve'])}, non-torch "
+            f"{_gib(terms['non_torch'])}, activation peak ({which}) {_gib(terms['activation'])}, "
+            f"CUDA graphs {_gib(terms['cuda_graphs'])} (fit_overhead.py, from public start-up "
+            "logs)")
 
 
 def _bytes_per_token(layout, dcp):
@@ -1561,6 +1589,14 @@ def _experts_cell(f):
     return f"{f['num_experts']} (1/{f['tensor_parallel_size']} of each)"
 
 
+def _terms_cell(f, names):
+    """Two of the modelled overhead's terms, GiB (given: the model's, for comparison)."""
+    terms = f.get("overhead_terms") or {}
+    if not terms:
+        return "-"
+    return " + ".join(_gib(terms[name]) for name in names)
+
+
 def _revision_cell(revision):
     """The commit pinned, short; a branch or tag says it is not pinned."""
     if revision in (None, ""):
@@ -1590,6 +1626,8 @@ ROWS = (
      f"{f['gpu_memory_utilization']}"),
     ("overhead per GPU", lambda f: f"{_gib(f['overhead_bytes_per_gpu'])} "
      f"({f.get('overhead_class', '?')})"),
+    ("  reserve+nontorch", lambda f: _terms_cell(f, ("driver_reserve", "non_torch"))),
+    ("  activation+graphs", lambda f: _terms_cell(f, ("activation", "cuda_graphs"))),
     ("KV budget per GPU", lambda f: _gib(f["kv_budget_bytes_per_gpu"])),
     ("KV capacity (tokens)", lambda f: f"{f['kv_cache_tokens']:,}"),
     ("max_model_len", lambda f: f"{f['max_model_len']:,}"),

@@ -88,8 +88,9 @@ options:
   overhead_bytes_per_gpu:
     description:
       - Memory per GPU that is neither weights nor KV cache (activations, CUDA graphs, NCCL,
-        driver reserve), bytes. Defaults per attention class (full, MLA, sparse MLA, hybrid),
-        each derived from a public vLLM start-up log (see the module_utils source).
+        driver reserve), bytes. Without it the overhead is modelled from the GPU, the layout
+        and config.json, term by term (module_utils/fit_overhead.py, derived from public vLLM
+        start-up logs); RV(fit.overhead_terms) shows the terms either way.
     type: int
   available_kv_bytes:
     description:
@@ -157,8 +158,26 @@ fit:
       description: Max-length requests the KV cache holds at once, all data-parallel replicas.
       type: float
     overhead_class:
-      description: Attention class whose default overhead applied (full, mla, sparse_mla, hybrid).
+      description: Attention class of the model (full, mla, sparse_mla, hybrid).
       type: str
+    overhead_source:
+      description: C(given), or the modelled overhead in words, term by term.
+      type: str
+    overhead_terms:
+      description:
+        - The modelled overhead per GPU (bytes) - C(driver_reserve), C(non_torch), C(activation)
+          (the larger of C(activation_forward) and C(activation_sampler)), C(cuda_graphs) - and
+          their C(total), reported also when O(overhead_bytes_per_gpu) is given.
+      type: dict
+    weights_replicated_bytes_per_gpu:
+      description: Weights every tensor-parallel rank holds in full (MLA projections, indexer, MoE router), bytes.
+      type: int
+    max_num_batched_tokens:
+      description: Tokens per step, as served or vLLM's default for this GPU.
+      type: int
+    max_num_seqs:
+      description: Requests per step, as served or vLLM's default for this GPU.
+      type: int
     not_understood:
       description: Serve options that may change memory and are not modelled.
       type: list

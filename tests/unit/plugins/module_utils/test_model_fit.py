@@ -86,18 +86,20 @@ def test_minimax_tp4(minimax):
     q = report["quantization"]
     assert (q["method"], q["weight_bits"], q["block"]) == ("fp8", 8, [128, 128])
     assert q["scheme"] == "FP8 float8_e4m3fn, block 128x128"
-    # 230,000,000,000 / 4 = 57,500,000,000 per GPU
-    assert report["weights_bytes_per_gpu"] == 57_500_000_000
-    # 94,430,602,199 - 57,500,000,000 - 9,663,676,416 = 27,266,925,783
-    assert report["kv_budget_bytes_per_gpu"] == 27_266_925_783
+    # the router (62 MoE layers x 3,072 x 256 experts x 2 B = 97,517,568) is on every GPU
+    # in full, the rest split: (230,000,000,000 - 97,517,568) / 4 + 97,517,568
+    assert report["weights_replicated_bytes_per_gpu"] == 97_517_568
+    assert report["weights_bytes_per_gpu"] == 57_573_138_176
+    # 94,430,602,199 - 57,573,138,176 - 9,663,676,416 = 27,193,787,607
+    assert report["kv_budget_bytes_per_gpu"] == 27_193_787_607
     # page = 2 x 16 x 2 x 128 x 2 = 16,384 B/layer/block
-    # 27,266,925,783 // 16,384 = 1,664,241; // 62 = 26,842 blocks x 16 = 429,472 tokens
-    assert report["kv_cache_blocks"] == 26_842
-    assert report["kv_cache_tokens"] == 429_472
-    # one request: ceil(196,608 / 16) = 12,288 blocks; 26,842 // 12,288 = 2
+    # 27,193,787,607 // 16,384 = 1,659,777; // 62 = 26,770 blocks x 16 = 428,320 tokens
+    assert report["kv_cache_blocks"] == 26_770
+    assert report["kv_cache_tokens"] == 428_320
+    # one request: ceil(196,608 / 16) = 12,288 blocks; 26,770 // 12,288 = 2
     assert report["max_len_requests_at_once"] == 2
-    # 12,288 x 16,384 x 62 = 12,482,248,704; 27,266,925,783 - that = 14,784,677,079
-    assert report["margin_bytes_per_gpu"] == 14_784_677_079
+    # 12,288 x 16,384 x 62 = 12,482,248,704; 27,193,787,607 - that = 14,711,538,903
+    assert report["margin_bytes_per_gpu"] == 14_711_538_903
     assert report["fits"] is True
     assert report["gpus_needed"] == 4
     assert report["experts_per_gpu"] == 256  # no EP: a 1/4 slice of each of the 256
@@ -115,13 +117,13 @@ def test_minimax_tp8_ep(minimax):
     assert report["enable_expert_parallel"] is True
     # 256 experts / EP 8 = 32 whole experts per GPU
     assert report["experts_per_gpu"] == 32
-    # 230,000,000,000 / 8 = 28,750,000,000
-    assert report["weights_bytes_per_gpu"] == 28_750_000_000
-    # 94,430,602,199 - 28,750,000,000 - 9,663,676,416 = 56,016,925,783
-    assert report["kv_budget_bytes_per_gpu"] == 56_016_925_783
-    # page 2 x 16 x 1 x 128 x 2 = 8,192; 56,016,925,783 // 8,192 = 6,838,003; // 62 = 110,290
-    assert report["kv_cache_tokens"] == 110_290 * 16 == 1_764_640
-    # 110,290 // 12,288 = 8
+    # (230,000,000,000 - 97,517,568 router) / 8 + 97,517,568 = 28,835,327,872
+    assert report["weights_bytes_per_gpu"] == 28_835_327_872
+    # 94,430,602,199 - 28,835,327,872 - 9,663,676,416 = 55,931,597,911
+    assert report["kv_budget_bytes_per_gpu"] == 55_931_597_911
+    # page 2 x 16 x 1 x 128 x 2 = 8,192; 55,931,597,911 // 8,192 = 6,827,587; // 62 = 110,122
+    assert report["kv_cache_tokens"] == 110_122 * 16 == 1_761_952
+    # 110,122 // 12,288 = 8
     assert report["max_len_requests_at_once"] == 8
     assert report["fits"] is True
     assert report["warnings"] == []
@@ -177,17 +179,22 @@ def test_kimi_int4_tp8(kimi_int4):
     assert (q["weight_bits"], q["group_size"]) == (4, 32)
     assert q["scheme"] == "compressed-tensors INT4 (group 32, symmetric, pack-quantized)"
     assert q["source"] == "config.json text_config.quantization_config"
-    # 595,000,000,000 / 8 = 74,375,000,000
-    assert report["weights_bytes_per_gpu"] == 74_375_000_000
-    # 94,430,602,199 - 74,375,000,000 - 9,663,676,416 = 10,391,925,783
-    assert report["kv_budget_bytes_per_gpu"] == 10_391_925_783
-    # page 16 x 576 x 2 = 18,432; 10,391,925,783 // 18,432 = 563,798; // 61 = 9,242 blocks
-    assert report["kv_cache_tokens"] == 9_242 * 16 == 147_872
-    # ceil(131,072 / 16) = 8,192 blocks per request: 9,242 // 8,192 = 1
-    assert report["max_len_requests_at_once"] == 1
-    # 8,192 x 18,432 x 61 = 9,210,691,584; 10,391,925,783 - that = 1,181,234,199
-    assert report["margin_bytes_per_gpu"] == 1_181_234_199
-    assert report["fits"] is True
+    # replicated on every GPU (vLLM deepseek_v2.py): q_a + kv_a projections 61 x 7,168 x
+    # (1,536 + 576) x 2 B = 1,846,935,552 and the router 60 x 7,168 x 384 x 2 B =
+    # 330,301,440: 2,177,236,992; (595,000,000,000 - that) / 8 + that = 76,280,082,368
+    assert report["weights_replicated_bytes_per_gpu"] == 2_177_236_992
+    assert report["weights_bytes_per_gpu"] == 76_280_082_368
+    # 94,430,602,199 - 76,280,082,368 - 9,663,676,416 = 8,486,843,415
+    assert report["kv_budget_bytes_per_gpu"] == 8_486_843_415
+    # page 16 x 576 x 2 = 18,432; 8,486,843,415 // 18,432 = 460,440; // 61 = 7,548 blocks
+    assert report["kv_cache_tokens"] == 7_548 * 16 == 120_768
+    # ceil(131,072 / 16) = 8,192 blocks per request: 7,548 // 8,192 = 0
+    assert report["max_len_requests_at_once"] == 0
+    # 8,192 x 18,432 x 61 = 9,210,691,584; 8,486,843,415 - that = -723,848,169: with the
+    # replicated projections counted, BF16 latent at 131,072 tokens no longer fits at a
+    # 9 GiB overhead (the catalog runs it with decode context parallel 8)
+    assert report["margin_bytes_per_gpu"] == -723_848_169
+    assert report["fits"] is False
     assert len(report["warnings"]) == 1
     assert report["warnings"][0].startswith("MLA with tensor parallel 8 across PCIe-only GPUs: "
                                             "every rank holds the whole latent cache")
@@ -204,13 +211,13 @@ def test_kimi_nvfp4_tp8(kimi_nvfp4):
     assert (report["kv_cache_dtype"], report["kv_cache_dtype_bytes"]) == ("fp8", 1)
     # 61 x 576 x 1 = 35,136
     assert report["kv_bytes_per_token_per_gpu"] == 35_136
-    # 540,000,000,000 / 8 = 67,500,000,000
-    assert report["weights_bytes_per_gpu"] == 67_500_000_000
-    # 94,430,602,199 - 67,500,000,000 - 9,663,676,416 = 17,266,925,783
-    assert report["kv_budget_bytes_per_gpu"] == 17_266_925_783
-    # page 16 x 576 x 1 = 9,216; 17,266,925,783 // 9,216 = 1,873,581; // 61 = 30,714
-    assert report["kv_cache_tokens"] == 30_714 * 16 == 491_424
-    # 30,714 // 8,192 = 3
+    # (540,000,000,000 - 2,177,236,992 replicated) / 8 + 2,177,236,992 = 69,405,082,368
+    assert report["weights_bytes_per_gpu"] == 69_405_082_368
+    # 94,430,602,199 - 69,405,082,368 - 9,663,676,416 = 15,361,843,415
+    assert report["kv_budget_bytes_per_gpu"] == 15_361_843_415
+    # page 16 x 576 x 1 = 9,216; 15,361,843,415 // 9,216 = 1,666,866; // 61 = 27,325
+    assert report["kv_cache_tokens"] == 27_325 * 16 == 437_200
+    # 27,325 // 8,192 = 3
     assert report["max_len_requests_at_once"] == 3
     assert report["fits"] is True
 
@@ -257,14 +264,14 @@ def test_kimi_int4_on_four_gpus_does_not_fit(kimi_int4):
     serve = dict(KIMI_TP8, tensor_parallel_size=4)
     report = mf.model_fit(kimi_int4, serve=serve, gpu=gpu, weight_bytes=595_000_000_000,
                           overhead_bytes_per_gpu=OVERHEAD)
-    # 595,000,000,000 / 4 = 148,750,000,000 > 94,430,602,199 usable
-    # budget = 94,430,602,199 - 148,750,000,000 - 9,663,676,416 = -63,983,074,217
-    assert report["kv_budget_bytes_per_gpu"] == -63_983_074_217
+    # (595,000,000,000 - 2,177,236,992) / 4 + 2,177,236,992 = 150,382,927,744 > 94,430,602,199
+    # budget = 94,430,602,199 - 150,382,927,744 - 9,663,676,416 = -65,616,001,961
+    assert report["kv_budget_bytes_per_gpu"] == -65_616_001_961
     assert report["kv_cache_tokens"] == 0
-    # short by the budget deficit plus one request (9,210,691,584): 73,193,765,801
-    assert report["margin_bytes_per_gpu"] == -73_193_765_801
+    # short by the budget deficit plus one request (9,210,691,584): 74,826,693,545
+    assert report["margin_bytes_per_gpu"] == -74_826_693_545
     assert report["fits"] is False
-    assert report["verdict"].startswith("does not fit: 73193765801 bytes per GPU short")
+    assert report["verdict"].startswith("does not fit: 74826693545 bytes per GPU short")
 
 
 def test_too_few_gpus(minimax):

@@ -46,17 +46,19 @@ def test_dcp8_splits_the_kimi_latent_instead_of_replicating_it():
     one = fit(kimi, KIMI_FP8_TP8, 595_000_000_000, vllm_version="0.19.1")
     eight = fit(kimi, dict(KIMI_FP8_TP8, decode_context_parallel_size=8), 595_000_000_000,
                 vllm_version="0.19.1")
-    # budget 94,430,602,199 - 74,375,000,000 - 9,663,676,416 = 10,391,925,783 B
-    # FP8 latent block of 61 layers = 61 x 16 x 576 = 562,176 B -> 18,485 blocks either way
-    assert one["kv_cache_blocks"] == eight["kv_cache_blocks"] == 18_485
-    # DCP1: 18,485 x 16 = 295,760 tokens; DCP8: x 8 = 2,366,080 (vLLM <= 0.19 log formula)
-    assert one["kv_cache_tokens"] == 295_760
-    assert eight["kv_cache_tokens"] == 2_366_080
+    # weights per GPU: (595e9 - 2,177,236,992 replicated MLA projections and router) / 8
+    # + 2,177,236,992 = 76,280,082,368
+    # budget 94,430,602,199 - 76,280,082,368 - 9,663,676,416 = 8,486,843,415 B
+    # FP8 latent block of 61 layers = 61 x 16 x 576 = 562,176 B -> 15,096 blocks either way
+    assert one["kv_cache_blocks"] == eight["kv_cache_blocks"] == 15_096
+    # DCP1: 15,096 x 16 = 241,536 tokens; DCP8: x 8 = 1,932,288 (vLLM <= 0.19 log formula)
+    assert one["kv_cache_tokens"] == 241_536
+    assert eight["kv_cache_tokens"] == 1_932_288
     # a 131,072-token request needs 8,192 blocks on every rank, or 16,384 / 16 = 1,024 with DCP8
     assert (one["blocks_per_max_len_request"], eight["blocks_per_max_len_request"]) == (8192, 1024)
-    # 18,485 / 8,192 = 2.26 and 18,485 / 1,024 = 18.05 requests at once
-    assert (one["max_concurrency"], eight["max_concurrency"]) == (2.26, 18.05)
-    assert (one["max_len_requests_at_once"], eight["max_len_requests_at_once"]) == (2, 18)
+    # 15,096 / 8,192 = 1.84 and 15,096 / 1,024 = 14.74 requests at once
+    assert (one["max_concurrency"], eight["max_concurrency"]) == (1.84, 14.74)
+    assert (one["max_len_requests_at_once"], eight["max_len_requests_at_once"]) == (1, 14)
     # each token costs 61 x 576 = 35,136 B on every rank, or 35,136 / 8 = 4,392 with DCP8
     assert (one["kv_bytes_per_token_per_gpu"], eight["kv_bytes_per_token_per_gpu"]) == (
         35_136, 4_392)
@@ -159,12 +161,14 @@ def test_qwen3_next_linear_attention_keeps_a_state_not_a_cache():
     assert report["kv_bytes_per_token_per_gpu"] == 12_288
     # one request: ceil(262,144 / 272) = 964 full blocks + 3 state blocks = 967
     assert report["blocks_per_max_len_request"] == 967
-    # budget 94,430,602,199 - 40,000,000,000 - 9,663,676,416 = 44,766,925,783 B
-    # // (278,528 x 12 = 3,342,336) = 13,393 blocks; 13,393 / 967 = 13.85 requests
-    assert report["kv_cache_blocks"] == 13_393
-    assert report["max_concurrency"] == 13.85
-    # newer vLLM logs int(13,393 / 967 x 262,144) = 3,630,707 tokens
-    assert report["kv_cache_tokens"] == 3_630_707
+    # weights: the router (48 x 2,048 x 512 experts x 2 B = 100,663,296) on every GPU, the
+    # rest split: (160e9 - 100,663,296) / 4 + 100,663,296 = 40,075,497,472
+    # budget 94,430,602,199 - 40,075,497,472 - 9,663,676,416 = 44,691,428,311 B
+    # // (278,528 x 12 = 3,342,336) = 13,371 blocks; 13,371 / 967 = 13.83 requests
+    assert report["kv_cache_blocks"] == 13_371
+    assert report["max_concurrency"] == 13.83
+    # newer vLLM logs int(13,371 / 967 x 262,144) = 3,624,743 tokens
+    assert report["kv_cache_tokens"] == 3_624_743
     assert report["overhead_class"] == "hybrid"
 
 
@@ -172,9 +176,9 @@ def test_qwen3_next_old_log_formula_divides_blocks_by_groups():
     qwen = config("Qwen--Qwen3-Next-80B-A3B-Thinking.config.json")
     report = fit(qwen, {"tensor_parallel_size": 4, "max_model_len": 262_144,
                         "gpu_memory_utilization": 0.92}, 160_000_000_000, vllm_version="0.19.0")
-    # vLLM <= 0.19 logs 13,393 // 4 groups x 272 = 910,656 tokens (issue 40691)
+    # vLLM <= 0.19 logs 13,371 // 4 groups x 272 = 909,024 tokens (issue 40691)
     assert report["kv_cache_log_formula"] == "blocks"
-    assert report["kv_cache_tokens"] == 910_656
+    assert report["kv_cache_tokens"] == 909_024
 
 
 GPT_OSS_SHAPE = {

@@ -50,8 +50,9 @@ def test_tp16_over_two_8_gpu_hosts_needs_8_on_each():
     report = fit("moonshotai--Kimi-K2.5.config.json", KIMI_TP16, nodes=2)
     assert (report["nodes"], report["gpus_needed"], report["gpus_available"]) == (2, 8, 8)
     assert gpu_warnings(report) == []
-    # 595,000,000,000 / 16 = 37,187,500,000 bytes of weights per GPU
-    assert report["weights_bytes_per_gpu"] == 37_187_500_000
+    # (595,000,000,000 - 2,177,236,992 replicated MLA projections and router) / 16
+    # + 2,177,236,992 = 39,228,659,680 bytes of weights per GPU
+    assert report["weights_bytes_per_gpu"] == 39_228_659_680
     # MLA: the latent is whole on every one of the 16 ranks
     assert report["kv_replicas"] == 16
 

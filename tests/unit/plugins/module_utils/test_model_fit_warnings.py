@@ -135,9 +135,10 @@ def test_unpinned_revision_warns(minimax, revision, warned):
 # --- Boundaries ----------------------------------------------------------------------------
 
 # one 196,608-token request: 12,288 blocks x (62 x 16,384 = 1,015,808 B) = 12,482,248,704 B;
-# usable 94,430,602,199 - weights 57,500,000,000 - that = 24,448,353,495 B of overhead leaves
-# exactly one request's worth of KV cache
-EXACT_OVERHEAD = 24_448_353_495
+# usable 94,430,602,199 - weights 57,573,138,176 (230e9 split over 4, the 97,517,568-byte
+# router on each GPU in full) - that = 24,375,215,319 B of overhead leaves exactly one
+# request's worth of KV cache
+EXACT_OVERHEAD = 24_375_215_319
 
 
 def test_kv_budget_equal_to_one_request_fits(minimax):
@@ -169,9 +170,9 @@ def test_gpus_equal_to_need_is_enough(minimax):
 def test_max_concurrency_counts_data_parallel_replicas(minimax):
     one = fit(minimax, MINIMAX_TP4)
     two = fit(minimax, dict(MINIMAX_TP4, data_parallel_size=2, enable_expert_parallel=True))
-    # budget per GPU 94,430,602,199 - 57,500,000,000 - 9,663,676,416 = 27,266,925,783 B
-    # // 1,015,808 = 26,842 blocks per replica; 26,842 // 12,288 = 2 requests, 2.18x
-    assert (one["kv_cache_blocks"], two["kv_cache_blocks"]) == (26_842, 26_842)
+    # budget per GPU 94,430,602,199 - 57,573,138,176 - 9,663,676,416 = 27,193,787,607 B
+    # // 1,015,808 = 26,770 blocks per replica; 26,770 // 12,288 = 2 requests, 2.18x
+    assert (one["kv_cache_blocks"], two["kv_cache_blocks"]) == (26_770, 26_770)
     assert (one["max_len_requests_at_once"], one["max_concurrency"]) == (2, 2.18)
-    # two replicas, each with its own KV cache: 4 requests, 26,842 / 12,288 x 2 = 4.37x
-    assert (two["max_len_requests_at_once"], two["max_concurrency"]) == (4, 4.37)
+    # two replicas, each with its own KV cache: 4 requests, 26,770 / 12,288 x 2 = 4.36x
+    assert (two["max_len_requests_at_once"], two["max_concurrency"]) == (4, 4.36)

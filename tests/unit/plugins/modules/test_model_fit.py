@@ -38,8 +38,9 @@ def test_reports_minimax_tp8_ep_unchanged(check_mode):
     fit = result["fit"]
     # 62 layers x 1 KV head x 128 x 2 x 2 bytes
     assert fit["kv_bytes_per_token_per_gpu"] == 31_744
-    # (94,430,602,199 - 28,750,000,000 - 9,663,676,416) // 8,192 // 62 = 110,290 blocks
-    assert fit["kv_cache_tokens"] == 1_764_640
+    # weights (230e9 - 97,517,568 router) / 8 + 97,517,568 = 28,835,327,872
+    # (94,430,602,199 - 28,835,327,872 - 9,663,676,416) // 8,192 // 62 = 110,122 blocks
+    assert fit["kv_cache_tokens"] == 1_761_952
     assert fit["fits"] is True
 
 
@@ -50,8 +51,9 @@ def test_weights_from_safetensors_index():
         "safetensors_index": {"metadata": {"total_size": 228_000_000_000}},
         "gpu": GPU,
     })
-    # 228,000,000,000 / 4
-    assert result["fit"]["weights_bytes_per_gpu"] == 57_000_000_000
+    # (228,000,000,000 - 97,517,568 router) / 4 + 97,517,568 (62 x 3,072 x 256 x 2 B,
+    # replicated on every GPU)
+    assert result["fit"]["weights_bytes_per_gpu"] == 57_073_138_176
 
 
 def test_predicts_vllm_log():
@@ -80,7 +82,9 @@ def test_fail_on_no_fit_names_wanted_and_found():
     assert result["failed"] is True
     # one request: 8,192 blocks x 18,432 B x 61 layers = 9,210,691,584 bytes per GPU
     assert "9210691584 KV bytes per GPU" in result["msg"]
-    assert "KV budget of -63983074217 bytes per GPU" in result["msg"]
+    # 94,430,602,199 - 150,382,927,744 weights (595e9 split over 4, 2,177,236,992 of
+    # replicated MLA projections and router on each) - 9,663,676,416
+    assert "KV budget of -65616001961 bytes per GPU" in result["msg"]
     assert result["fit"]["fits"] is False
 
 
