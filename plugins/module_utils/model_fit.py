@@ -1480,13 +1480,16 @@ def model_fit(config, *, serve=None, gpu=None, weight_bytes=None, hf_quant_confi
                                    lambda length: _one_request_bytes(
                                        attention, dict(opts, max_model_len=length),
                                        (kv_dtype, kv_dtype_bytes, ssm_bytes, model_bytes)))
-    refusals = [kv_refusal] if kv_refusal else []
+    refusals = []
     warnings = _all_warnings({
         "attention": attention, "opts": opts, "hw": hw, "cfg": cfg, "quant": quant,
         "refusals": refusals,
         "position_limit": position_limit, "revision": revision,
         "versions": {"vllm_version": vllm_version, "verified_vllm": verified_vllm,
                      "verified_sm120_vllm": verified_sm120_vllm, "min_vllm": min_vllm}})
+    # In vLLM's order: the layout and quantization checks come at configuration and model
+    # construction, the KV cache check after the weights are loaded.
+    refusals += [kv_refusal] if kv_refusal else []
     experts = _num_experts(cfg)
     report = {
         "architecture": attention["architecture"],
@@ -1606,6 +1609,31 @@ def _kv_cache_refusal(available, needed, max_model_len, needed_bytes):
             f"{_format_gib(needed)} GiB KV cache is needed, which is larger than the "
             f'available KV cache memory ({_format_gib(available)} GiB).{estimated}" '
             f"({needed - available} bytes per GPU short); vLLM refuses to start")
+
+
+def size_model(config, *, unsized_why=None, repo_id=None, **kwargs):
+    """model_fit's report with sized=True, or the report of a model that cannot be sized.
+
+    A model is not sized when its config.json could not be read (unsized_why says why),
+    when no GPU facts are known, or when model_fit cannot size it (an attention design
+    it does not know, a config.json without the sizes it needs). That report has
+    sized=False, fits=False, no refusals or warnings, `unsized_why`, and a verdict
+    naming the repository, the revision and the reason."""
+    revision = kwargs.get("revision")
+    why = unsized_why
+    if not why and not isinstance(config, dict):
+        why = "no config.json"
+    if not why and not isinstance(kwargs.get("gpu"), dict):
+        why = ("no GPU facts: nvidia-smi did not answer and no hardware profile describes the "
+               "GPUs")
+    if not why:
+        try:
+            return dict(model_fit(config, **kwargs), sized=True)
+        except ModelFitError as exc:
+            why = str(exc)
+    return {"sized": False, "fits": False, "refusals": [], "warnings": [],
+            "repo_id": repo_id, "revision": revision, "unsized_why": why,
+            "verdict": f"cannot size {repo_id or 'the model'} at revision {revision}: {why}"}
 
 
 def _nodes(nodes, opts):
