@@ -4,7 +4,8 @@
 
 DOCUMENTATION = r"""
 name: hub_config
-author: vllm-fleet contributors
+author:
+  - vllm-fleet maintainers (@vllm-fleet)
 short_description: Read a model's config.json and hf_quant_config.json from the Hugging Face Hub
 description:
   - Downloads C(config.json), and C(hf_quant_config.json) where the repository has one, of a

@@ -1251,7 +1251,7 @@ QUANT_MIN_CAPABILITY = {
                        "model_executor/layers/quantization/modelopt.py:1616"),
     "compressed-tensors": (70, "CompressedTensorsConfig",
                            ("model_executor/layers/quantization/compressed_tensors/"
-                           "compressed_tensors.py:123")),
+                            "compressed_tensors.py:123")),
     "mxfp4": (80, "Mxfp4Config", "model_executor/layers/quantization/mxfp4.py:71"),
     "gptq": (60, "AutoGPTQConfig", "model_executor/layers/quantization/auto_gptq.py:182"),
     "gptq_marlin": (60, "AutoGPTQConfig", "model_executor/layers/quantization/auto_gptq.py:182"),
@@ -1291,10 +1291,10 @@ def _quant_capability_refusals(quant, hw):
     if have >= need:
         return []
     return [(f"quantization {method} ({quant['scheme']}) needs compute capability "
-            f"{need // 10}.{need % 10} or newer ({cls}.get_min_capability() = {need}, vLLM "
-            f"0.32 {where}); the GPUs are {hw['compute_capability']} ({have}): vLLM refuses "
-            f'it ("The quantization method {method} is not supported for the current GPU. '
-            f'Minimum capability: {need}. Current capability: {have}.")')]
+             f"{need // 10}.{need % 10} or newer ({cls}.get_min_capability() = {need}, vLLM "
+             f"0.32 {where}); the GPUs are {hw['compute_capability']} ({have}): vLLM refuses "
+             f'it ("The quantization method {method} is not supported for the current GPU. '
+             f'Minimum capability: {need}. Current capability: {have}.")')]
 
 
 def _platform_warnings(quant, hw, opts, cfg, versions):

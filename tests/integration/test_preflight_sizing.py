@@ -170,10 +170,10 @@ def test_a_site_entry_that_fits_by_its_fetched_config_passes(tmp_path, hub):
 @pytest.mark.parametrize(("repo", "why"), [
     ("site/deepseek-v4-flash",
      ("cannot size site/deepseek-v4-flash at revision main: cannot size this architecture: "
-     "DeepseekV4ForCausalLM has DeepSeek-V4 compressed sparse attention")),
+      "DeepseekV4ForCausalLM has DeepSeek-V4 compressed sparse attention")),
     ("site/not-on-the-hub",
      ("cannot size site/not-on-the-hub at revision main: config.json of site/not-on-the-hub at "
-     "revision main could not be read from http://127.0.0.1:")),
+      "revision main could not be read from http://127.0.0.1:")),
 ])
 def test_a_model_that_cannot_be_sized_is_refused_unless_allowed(tmp_path, hub, repo, why):
     extra = {"model": "site_model",
@@ -252,3 +252,40 @@ def test_the_sizing_and_its_refusal_come_before_the_download_and_any_stop(role_t
                        "failure)")
     assert refuse < at("vllm_model : Stop blue on every host of the switch (front door 503, "
                        "drain, stop)")
+
+
+def plan(tmp_path, hub_url, extra, models):
+    tmp_path.mkdir(exist_ok=True)
+    variables = tmp_path / "vars.json"
+    variables.write_text(json.dumps({"vllm_fleet_hf_endpoint": hub_url, **extra}))
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(ROOT / "collections"),
+               ANSIBLE_NOCOLOR="1", ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"),
+               HF_HOME=str(tmp_path / "controller-hf"), HF_HUB_DISABLE_TELEMETRY="1")
+    proc = subprocess.run(
+        [str(Path(sys.executable).with_name("ansible-playbook")), "-e",
+         f"ansible_python_interpreter={sys.executable}", "-e", f"@{variables}",
+         "-e", f"models={models}", "-e", "hardware=h200_x2_nvlink",
+         str(ROOT / "playbooks" / "plan.yml")],
+        capture_output=True, text=True, env=env, check=False, timeout=300)
+    return proc.returncode, " ".join((proc.stdout + proc.stderr).split())
+
+
+def test_the_plan_sizes_a_site_entry_through_the_same_lookup(tmp_path, hub):
+    rc, out = plan(tmp_path, hub, {"vllm_fleet_catalog_local": {"site_minimax": site_entry(
+        "site/minimax-copy", max_model_len=196_608, gpu_memory_utilization=0.92)}},
+        "site_minimax,minimax_m25")
+    assert rc == 0, out[-4000:]
+    assert ("site_minimax: vLLM refuses this layout: max_model_len 196608 against the KV "
+            "cache") in out
+    assert "DOES NOT FIT (-" in out
+
+
+def test_the_plan_refuses_what_the_deploys_request_check_refuses(tmp_path, hub):
+    """A catalog entry that sets what the product owns (request.yml's vllm_request_check):
+    the deploy refuses it before any download, so the plan no longer shows it as fitting."""
+    rc, out = plan(tmp_path, hub, {"vllm_fleet_catalog_local": {"minimax_m25": {
+        "extra_args": ["--host", "0.0.0.0"]}}}, "minimax_m25")  # noqa: S104 - the hostile value
+    assert rc == 2, out[-4000:]
+    assert ("catalog entry minimax_m25: extra_args[0] holds '--host', which vLLM reads as "
+            "--host: the product owns it") in out
+    assert "Show the candidates side by side" not in out

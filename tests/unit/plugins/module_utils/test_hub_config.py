@@ -85,8 +85,8 @@ def test_the_quant_config_where_the_repo_has_one(tmp_path):
      "TypeError: config.json holds a JSON list, not an object")),
     ({"config.json": "{not json"},
      ("config.json of site/m at revision main could not be read from the Hugging Face Hub: "
-     "JSONDecodeError: Expecting property name enclosed in double quotes: line 1 column 2 "
-     "(char 1)")),
+      "JSONDecodeError: Expecting property name enclosed in double quotes: line 1 column 2 "
+      "(char 1)")),
     # Offline and not in the cache says nothing about the repo: not "no quant config".
     ({"config.json": json.dumps(CONFIG),
       "hf_quant_config.json": LocalEntryNotFoundError("offline, not in the cache")},

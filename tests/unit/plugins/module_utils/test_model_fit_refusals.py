@@ -104,8 +104,8 @@ def test_the_capability_table_is_vllm_0_32s():
      "modelopt_fp4", 75, "7.0", "7.5"),
     ("moonshotai--Kimi-K2.5.config.json", None, "compressed-tensors", 70, "6.1", "7.0"),
 ])
-def test_a_quantization_below_its_minimum_capability_is_refused(name, hq, method, need, below,
-                                                               at):
+def test_a_quantization_below_its_minimum_capability_is_refused(
+        name, hq, method, need, below, at):
     cfg = config(name)
     hq_cfg = config(hq) if hq else None
     # expert parallel: MiniMax's FP8 blocks refuse pure TP8 (a rule of its own)
@@ -117,11 +117,11 @@ def test_a_quantization_below_its_minimum_capability_is_refused(name, hq, method
     quant = refused["quantization"]
     assert refused["refusals"] == [
         (f"quantization {method} ({quant['scheme']}) needs compute capability "
-        f"{need // 10}.{need % 10} or newer ({mf.QUANT_MIN_CAPABILITY[method][1]}"
-        f".get_min_capability() = {need}, vLLM 0.32 {mf.QUANT_MIN_CAPABILITY[method][2]}); "
-        f'the GPUs are {below} ({have}): vLLM refuses it ("The quantization method {method} '
-        f"is not supported for the current GPU. Minimum capability: {need}. Current "
-        f'capability: {have}.")')]
+         f"{need // 10}.{need % 10} or newer ({mf.QUANT_MIN_CAPABILITY[method][1]}"
+         f".get_min_capability() = {need}, vLLM 0.32 {mf.QUANT_MIN_CAPABILITY[method][2]}); "
+         f'the GPUs are {below} ({have}): vLLM refuses it ("The quantization method {method} '
+         f"is not supported for the current GPU. Minimum capability: {need}. Current "
+         f'capability: {have}.")')]
     assert refused["fits"] is False
     passed = mf.model_fit(cfg, serve=serve, gpu=dict(big, compute_capability=at),
                           weight_bytes=10**9, hf_quant_config=hq_cfg)
@@ -158,8 +158,8 @@ def test_an_uneven_split_with_eplb_is_refused(minimax):
                           weight_bytes=10**9)
     assert report["refusals"] == [
         ("enable_eplb with 256 experts (256 + 0 redundant) over 6 expert-parallel ranks: "
-        "256 % 6 = 4, and vLLM's EPLB refuses an uneven split (\"EPLB currently only supports "
-        'even distribution of experts across ranks", model_executor/layers/fused_moe/layer.py)')]
+         "256 % 6 = 4, and vLLM's EPLB refuses an uneven split (\"EPLB currently only supports "
+         'even distribution of experts across ranks", model_executor/layers/fused_moe/layer.py)')]
     assert report["fits"] is False
     assert not any("do not split evenly" in w for w in report["warnings"])
 
