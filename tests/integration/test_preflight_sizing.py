@@ -204,6 +204,34 @@ def test_a_gated_site_model_is_read_with_the_deploys_token(tmp_path, hub):
     assert TOKEN not in out
 
 
+STAGE_PLAY = """
+- name: Pre-stage as a fleet's roll does before its preflight
+  hosts: localhost
+  connection: local
+  gather_facts: false
+  tasks:
+    - name: Download and verify the model
+      ansible.builtin.import_role:
+        name: vllm_fleet.fleet.vllm_model
+        tasks_from: stage.yml
+"""
+
+
+def test_a_fleets_pre_stage_sizes_before_it_downloads(tmp_path, hub):
+    """playbooks/deploy.yml pre-stages (stage.yml, the download alone) on every host before
+    its roll runs each host's preflight: the fit refuses there first, nothing downloaded."""
+    rc, out = preflight(tmp_path, hub, {
+        "model": "site_minimax",
+        "vllm_fleet_catalog_local": {"site_minimax": site_entry(
+            "site/minimax-copy", max_model_len=196_608, gpu_memory_utilization=0.92)}},
+        play=STAGE_PLAY)
+    assert rc == 2, out[-4000:]
+    assert ("localhost does not stage site_minimax: vLLM refuses this layout: max_model_len "
+            "196608 against the KV cache for one request") in out
+    assert "Start the download on the host" not in out
+    assert not (tmp_path / "models").exists()
+
+
 def test_check_mode_reports_the_refusal_and_goes_on(tmp_path, hub):
     """--check: the preflight's problems are reported (PREFLIGHT would fail) and the plan
     goes on, the fetched config sized all the same."""
