@@ -1,6 +1,6 @@
 # Copyright (c) 2026 vllm-fleet contributors
 # SPDX-License-Identifier: Apache-2.0
-"""Filters model_fit, model_fit_table, model_fit_gpu: the plan's arithmetic in templates."""
+"""Filters model_fit, model_sizing, model_fit_table, model_fit_gpu: the fit in templates."""
 
 from ansible.errors import AnsibleFilterError
 
@@ -17,6 +17,12 @@ def _model_fit(config, **kwargs):
         return model_fit(config, **kwargs)
     except ModelFitError as exc:
         raise AnsibleFilterError(f"model_fit: {exc}") from exc
+
+
+def _model_sizing(config, **kwargs):
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.model_fit import size_model
+
+    return size_model(config, **kwargs)
 
 
 def _model_fit_gpu(gpu_facts):
@@ -46,6 +52,7 @@ class FilterModule:
     def filters(self):
         return {
             "model_fit": _model_fit,
+            "model_sizing": _model_sizing,
             "model_fit_gpu": _model_fit_gpu,
             "model_fit_table": _model_fit_table,
         }

@@ -964,6 +964,10 @@ _SERVE_DEFAULTS = {
     "kv_cache_memory_bytes": None,
     "mamba_ssm_cache_dtype": "auto",
     "dtype": "auto",
+    # Expert-parallel load balancing (vLLM's --enable-eplb, --eplb-config): only its
+    # refusals are modelled; redundant experts' weights are not counted.
+    "enable_eplb": False,
+    "eplb_config": None,
 }
 # Serve options with no effect on GPU memory (parsers, names, network, logging).
 NO_MEMORY_EFFECT = {
@@ -1127,10 +1131,13 @@ def _layout_warnings(attention, opts, hw, cfg, quant, refusals):
             f"{kvh} KV heads: vLLM cannot shard or replicate them evenly and refuses this"
         )
     refusals += _dcp_refusals(attention, opts)
+    refusals += _eplb_refusals(opts, experts)
     if opts["enable_expert_parallel"]:
         if not experts:
             warnings.append("enable_expert_parallel is set but config.json declares no experts")
-        elif experts % (tp * dp):
+        elif experts % (tp * dp) and not opts["enable_eplb"]:
+            # Without EPLB vLLM places the remainder (expert_map_manager.py: remainder =
+            # global_num_experts % ep_size) and starts: a warning, not a refusal.
             warnings.append(
                 f"{experts} experts do not split evenly over expert-parallel size {tp * dp}"
             )
@@ -1176,6 +1183,119 @@ def _dcp_refusals(attention, opts):
             "asserts decode_context_parallel_size == 1 (kv_cache_interface.py)"
         )
     return warnings
+
+
+def _redundant_experts(opts):
+    eplb = opts["eplb_config"]
+    if isinstance(eplb, str) and eplb:
+        try:
+            eplb = json.loads(eplb)
+        except ValueError:
+            eplb = {}
+    return _int((eplb or {}).get("num_redundant_experts") or 0, "num_redundant_experts") if (
+        isinstance(eplb, dict)) else 0
+
+
+def _eplb_refusals(opts, experts):
+    """Expert-parallel load balancing layouts vLLM 0.32 refuses to start.
+
+    vllm/config/parallel.py (ParallelConfig validation): EPLB needs
+    enable_expert_parallel, and tensor x prefill-context x data parallel > 1;
+    num_redundant_experts needs EPLB. vllm/model_executor/layers/fused_moe/layer.py
+    (line 262 in 0.32.0): with EPLB "EPLB currently only supports even distribution of
+    experts across ranks. Got {global_num_experts} experts and {ep_size} EP ranks.",
+    global_num_experts = experts + num_redundant_experts (determine_expert_counts),
+    ep_size = tensor x data (x prefill-context) parallel."""
+    refusals = []
+    eplb = _bool(opts["enable_eplb"])
+    redundant = _redundant_experts(opts)
+    tp, dp, pcp = (opts[k] for k in ("tensor_parallel_size", "data_parallel_size",
+                                     "prefill_context_parallel_size"))
+    if not eplb:
+        if redundant:
+            refusals.append(
+                f"eplb_config.num_redundant_experts {redundant} without enable_eplb: vLLM "
+                "refuses redundant experts unless EPLB is on (config/parallel.py)")
+        return refusals
+    if not opts["enable_expert_parallel"]:
+        refusals.append("enable_eplb without enable_expert_parallel: vLLM refuses it "
+                        '("enable_expert_parallel must be True to use EPLB", config/parallel.py)')
+    if tp * pcp * dp <= 1:
+        refusals.append(f"enable_eplb with tensor {tp} x prefill-context {pcp} x data {dp} "
+                        "parallel = 1: vLLM's EPLB needs more than one rank and refuses it "
+                        "(config/parallel.py)")
+    ep_size = tp * dp * pcp
+    total = experts + redundant
+    if experts and opts["enable_expert_parallel"] and total % ep_size:
+        refusals.append(
+            f"enable_eplb with {total} experts ({experts} + {redundant} redundant) over "
+            f"{ep_size} expert-parallel ranks: {total} % {ep_size} = {total % ep_size}, and "
+            "vLLM's EPLB refuses an uneven split (\"EPLB currently only supports even "
+            'distribution of experts across ranks", model_executor/layers/fused_moe/layer.py)')
+    return refusals
+
+
+# vLLM 0.32's quantization configs' get_min_capability() (major x 10 + minor), which
+# VllmConfig._get_quantization_config (vllm/config/vllm.py, line 900 in 0.32.0) compares
+# with the GPU's: "The quantization method X is not supported for the current GPU.
+# Minimum capability: Y. Current capability: Z." Keyed by the method vLLM resolves for
+# the checkpoints model_fit recognises (get_quantization_config's method_to_config,
+# vllm/model_executor/layers/quantization/__init__.py); file:line in vLLM 0.32.0.
+QUANT_MIN_CAPABILITY = {
+    "fp8": (75, "Fp8Config", "model_executor/layers/quantization/fp8.py:146"),
+    "modelopt": (80, "ModelOptFp8Config", "model_executor/layers/quantization/modelopt.py:445"),
+    "modelopt_fp4": (75, "ModelOptNvFp4Config",
+                     "model_executor/layers/quantization/modelopt.py:768"),
+    "modelopt_mxfp8": (80, "ModelOptMxFp8Config",
+                       "model_executor/layers/quantization/modelopt.py:1200"),
+    "modelopt_mixed": (75, "ModelOptMixedPrecisionConfig",
+                       "model_executor/layers/quantization/modelopt.py:1616"),
+    "compressed-tensors": (70, "CompressedTensorsConfig",
+                           ("model_executor/layers/quantization/compressed_tensors/"
+                            "compressed_tensors.py:123")),
+    "mxfp4": (80, "Mxfp4Config", "model_executor/layers/quantization/mxfp4.py:71"),
+    "gptq": (60, "AutoGPTQConfig", "model_executor/layers/quantization/auto_gptq.py:182"),
+    "gptq_marlin": (60, "AutoGPTQConfig", "model_executor/layers/quantization/auto_gptq.py:182"),
+    "awq": (75, "AutoAWQConfig", "model_executor/layers/quantization/auto_awq.py:233"),
+    "awq_marlin": (75, "AutoAWQConfig", "model_executor/layers/quantization/auto_awq.py:233"),
+}
+
+
+def vllm_quant_method(quant):
+    """The method name vLLM 0.32 resolves for a find_quantization result, or None.
+
+    modelopt checkpoints resolve by their quant_algo (override_quantization_method in
+    modelopt.py): NVFP4 to modelopt_fp4, MXFP8 to modelopt_mxfp8, MIXED_PRECISION to
+    modelopt_mixed, FP8 variants to modelopt."""
+    method = quant.get("method")
+    if not method:
+        return None
+    if method.startswith("modelopt"):
+        scheme = str(quant.get("scheme") or "").upper()
+        if quant.get("weight_format") == "nvfp4":
+            return "modelopt_fp4"
+        if "MXFP8" in scheme:
+            return "modelopt_mxfp8"
+        if "MIXED" in scheme:
+            return "modelopt_mixed"
+        return "modelopt"
+    return method if method in QUANT_MIN_CAPABILITY else None
+
+
+def _quant_capability_refusals(quant, hw):
+    cc = parse_compute_capability(hw["compute_capability"]) if hw["compute_capability"] else None
+    method = vllm_quant_method(quant)
+    if cc is None or method is None:
+        return []
+    need, cls, where = QUANT_MIN_CAPABILITY[method]
+    have = cc[0] * 10 + cc[1]
+    if have >= need:
+        return []
+    return [(f"quantization {method} ({quant['scheme']}) needs compute capability "
+             f"{need // 10}.{need % 10} or newer ({cls}.get_min_capability() = {need}, vLLM "
+             f"0.32 {where}); the GPUs are {hw['compute_capability']} ({have}): vLLM refuses "
+             f'it ("The quantization method {method} is not supported for the current GPU. '
+             f'Minimum capability: {need}. Current capability: {have}.")')]
 
 
 def _platform_warnings(quant, hw, opts, cfg, versions):
@@ -1302,6 +1422,7 @@ def _all_warnings(context):
     refusals = context["refusals"]
     warnings = _layout_warnings(attention, opts, hw, cfg, quant, refusals)
     warnings += _platform_warnings(quant, hw, opts, cfg, context["versions"])
+    refusals += _quant_capability_refusals(quant, hw)
     limit = context["position_limit"]
     if limit and opts["max_model_len"] > limit:
         # vLLM's ModelConfig refuses a max_model_len beyond the model's positions unless
@@ -1373,6 +1494,10 @@ def model_fit(config, *, serve=None, gpu=None, weight_bytes=None, hf_quant_confi
     capacity = kv_capacity(layout, kv_budget, opts, vllm_version)
     one_request_bytes = layout["blocks_per_max_len_request"] * layout["pool_bytes_per_block"]
     margin = kv_budget - one_request_bytes
+    kv_refusal = _kv_cache_refusal(kv_budget, one_request_bytes, opts["max_model_len"],
+                                   lambda length: _one_request_bytes(
+                                       attention, dict(opts, max_model_len=length),
+                                       (kv_dtype, kv_dtype_bytes, ssm_bytes, model_bytes)))
     refusals = []
     warnings = _all_warnings({
         "attention": attention, "opts": opts, "hw": hw, "cfg": cfg, "quant": quant,
@@ -1380,6 +1505,9 @@ def model_fit(config, *, serve=None, gpu=None, weight_bytes=None, hf_quant_confi
         "position_limit": position_limit, "revision": revision,
         "versions": {"vllm_version": vllm_version, "verified_vllm": verified_vllm,
                      "verified_sm120_vllm": verified_sm120_vllm, "min_vllm": min_vllm}})
+    # In vLLM's order: the layout and quantization checks come at configuration and model
+    # construction, the KV cache check after the weights are loaded.
+    refusals += [kv_refusal] if kv_refusal else []
     experts = _num_experts(cfg)
     report = {
         "architecture": attention["architecture"],
@@ -1442,6 +1570,8 @@ def model_fit(config, *, serve=None, gpu=None, weight_bytes=None, hf_quant_confi
         "fits": gpus_needed <= hw["count"] and margin >= 0 and not refusals,
         # What vLLM refuses to start, each with the rule and the numbers.
         "refusals": refusals,
+        # The one of them that is vLLM's start-up KV cache check (None when it passes).
+        "kv_refusal": kv_refusal,
         "margin_bytes_per_gpu": margin,
         "not_understood": opts["not_understood"],
         "profile": profile,
@@ -1455,6 +1585,78 @@ def model_fit(config, *, serve=None, gpu=None, weight_bytes=None, hf_quant_confi
         report["predicted_vllm_kv_cache_blocks"] = logged["num_blocks"]
         report["predicted_vllm_max_concurrency"] = round(logged["max_concurrency"], 2)
     return report
+
+
+def _one_request_bytes(attention, opts, dtypes):
+    layout = kv_layout(attention, opts, *dtypes)
+    return layout["blocks_per_max_len_request"] * layout["pool_bytes_per_block"]
+
+
+def _format_gib(value):
+    """vLLM's format_gib (vllm/utils/mem_utils.py): round(bytes / GiB, 2)."""
+    return f"{round(value / GIB, 2)}"
+
+
+def estimate_max_model_len(available_bytes, max_model_len, needed_bytes):
+    """The longest max_model_len whose one request fits available_bytes, 0 if none.
+
+    vLLM's estimate_max_model_len (vllm/v1/core/kv_cache_utils.py): a binary search over
+    1..max_model_len of the memory one request of that length needs."""
+    if needed_bytes(1) > available_bytes:
+        return 0
+    left, right, result = 1, max_model_len, 1
+    while left <= right:
+        mid = (left + right) // 2
+        if needed_bytes(mid) <= available_bytes:
+            result, left = mid, mid + 1
+        else:
+            right = mid - 1
+    return result
+
+
+def _kv_cache_refusal(available, needed, max_model_len, needed_bytes):
+    """vLLM 0.32's start-up check, _check_enough_kv_cache_memory (vllm/v1/core/
+    kv_cache_utils.py, line 1003 in 0.32.0), in its own words and with its estimate."""
+    if available <= 0:
+        return (f"max_model_len {max_model_len} against the KV cache: no memory is left for "
+                f"it ({_format_gib(available)} GiB per GPU after the weights and the "
+                'overhead), and vLLM refuses to start ("No available memory for the cache '
+                'blocks. Try increasing `gpu_memory_utilization`")')
+    if needed <= available:
+        return None
+    estimate = estimate_max_model_len(available, max_model_len, needed_bytes)
+    estimated = (f" Based on the available memory, the estimated maximum model length is "
+                 f"{estimate}." if estimate > 0 else "")
+    return (f'max_model_len {max_model_len} against the KV cache for one request: "To serve '
+            f"at least one request with the model's max seq len ({max_model_len}), "
+            f"{_format_gib(needed)} GiB KV cache is needed, which is larger than the "
+            f'available KV cache memory ({_format_gib(available)} GiB).{estimated}" '
+            f"({needed - available} bytes per GPU short); vLLM refuses to start")
+
+
+def size_model(config, *, unsized_why=None, repo_id=None, **kwargs):
+    """model_fit's report with sized=True, or the report of a model that cannot be sized.
+
+    A model is not sized when its config.json could not be read (unsized_why says why),
+    when no GPU facts are known, or when model_fit cannot size it (an attention design
+    it does not know, a config.json without the sizes it needs). That report has
+    sized=False, fits=False, no refusals or warnings, `unsized_why`, and a verdict
+    naming the repository, the revision and the reason."""
+    revision = kwargs.get("revision")
+    why = unsized_why
+    if not why and not isinstance(config, dict):
+        why = "no config.json"
+    if not why and not isinstance(kwargs.get("gpu"), dict):
+        why = ("no GPU facts: nvidia-smi did not answer and no hardware profile describes the "
+               "GPUs")
+    if not why:
+        try:
+            return dict(model_fit(config, **kwargs), sized=True)
+        except ModelFitError as exc:
+            why = str(exc)
+    return {"sized": False, "fits": False, "refusals": [], "warnings": [],
+            "repo_id": repo_id, "revision": revision, "unsized_why": why,
+            "verdict": f"cannot size {repo_id or 'the model'} at revision {revision}: {why}"}
 
 
 def _nodes(nodes, opts):
@@ -1572,7 +1774,7 @@ def _kv_heads(fit):
 
 
 def _verdict_cell(fit):
-    if fit.get("refusals"):
+    if [r for r in fit.get("refusals") or [] if r != fit.get("kv_refusal")]:
         return "REFUSED by vLLM (layout)"
     if fit["gpus_needed"] > fit["gpus_available"]:
         return f"DOES NOT FIT (needs {fit['gpus_needed']} GPUs)"

@@ -219,9 +219,15 @@ fit:
       description:
         - What vLLM refuses to start, each with its rule and numbers - attention or KV heads that tensor
           parallel cannot split, decode context parallel layouts, max_model_len beyond the model's
-          positions, FP8 block splits known to fail. Any makes RV(fit.fits) false.
+          positions or beyond the KV cache left for one request (vLLM's start-up check, in its words,
+          with its estimate of the length that fits), a quantization below its minimum compute
+          capability, an uneven expert split or other EPLB settings vLLM refuses, FP8 block splits
+          known to fail. Any makes RV(fit.fits) false.
       type: list
       elements: str
+    kv_refusal:
+      description: The refusal of RV(fit.refusals) that is vLLM's start-up KV cache check; null when it passes.
+      type: str
     margin_bytes_per_gpu:
       description: KV budget left after one max-length request; negative when short (bytes).
       type: int

@@ -271,7 +271,12 @@ def test_kimi_int4_on_four_gpus_does_not_fit(kimi_int4):
     # short by the budget deficit plus one request (9,210,691,584): 74,826,693,545
     assert report["margin_bytes_per_gpu"] == -74_826_693_545
     assert report["fits"] is False
-    assert report["verdict"].startswith("does not fit: 74826693545 bytes per GPU short")
+    # vLLM 0.32's _check_enough_kv_cache_memory refuses a budget <= 0 before anything else
+    assert report["kv_refusal"] == (
+        "max_model_len 131072 against the KV cache: no memory is left for it (-61.11 GiB per "
+        'GPU after the weights and the overhead), and vLLM refuses to start ("No available '
+        'memory for the cache blocks. Try increasing `gpu_memory_utilization`")')
+    assert report["verdict"] == "vLLM refuses this layout: " + report["kv_refusal"]
 
 
 def test_too_few_gpus(minimax):

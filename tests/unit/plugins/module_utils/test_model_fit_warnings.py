@@ -156,7 +156,15 @@ def test_one_byte_short_does_not_fit(minimax):
     assert report["margin_bytes_per_gpu"] == -1
     assert report["fits"] is False
     assert report["max_len_requests_at_once"] == 0
-    assert report["verdict"] == "does not fit: 1 bytes per GPU short of one 196608-token request"
+    # vLLM's own start-up check (v1/core/kv_cache_utils.py _check_enough_kv_cache_memory) in
+    # its words; its estimate: one 16-token block less, 196,592 tokens (12,287 blocks)
+    assert report["refusals"] == [report["kv_refusal"]]
+    assert report["verdict"] == (
+        "vLLM refuses this layout: max_model_len 196608 against the KV cache for one request: "
+        "\"To serve at least one request with the model's max seq len (196608), 11.62 GiB KV "
+        "cache is needed, which is larger than the available KV cache memory (11.62 GiB). Based "
+        'on the available memory, the estimated maximum model length is 196592." (1 bytes per '
+        "GPU short); vLLM refuses to start")
 
 
 def test_gpus_equal_to_need_is_enough(minimax):
