@@ -91,6 +91,20 @@ PRODUCT_ENV = {
                                "--grpc-port)"),
     "VLLM_RUST_FRONTEND_PATH": "it names a program to run as the API server",
 }
+# Where vLLM, torch's inductor and Triton keep what they compile (and load back
+# with dlopen): each unit sets them to a folder of its own under the service
+# home (cache_environment()). Unset, inductor's goes to /tmp/torchinductor_<user>
+# (torch/_inductor/runtime/cache_dir_utils.py default_cache_dir), which
+# PrivateTmp= empties at every start and hardened hosts mount noexec. A catalog
+# entry's env may not move them: the product owns them like PRODUCT_ENV.
+CACHE_ENV = {
+    "VLLM_CACHE_ROOT": "vllm",
+    "TORCHINDUCTOR_CACHE_DIR": "torchinductor",
+    "TRITON_CACHE_DIR": "triton",
+}
+CACHE_ENV_WHY = ("the unit keeps compiled kernels under the service home, per model "
+                 "(vllm_service_home/.cache/<model>/), where a restart finds them and "
+                 "a noexec /tmp cannot stop them loading")
 # Model names whose unit (vllm-<name>.service) would be one of the product's
 # own units: every unit the roles install is named vllm-fleet-*
 # (tests/unit/plugins/module_utils/test_serve_args.py reads them from roles/).
@@ -465,7 +479,9 @@ def check_unit_inputs(model, entry, settings):
             raise UnitValueError(f"{context}: {exc}") from None
     _raise_owned(context, [
         f"env.{name} is set ({name} is vLLM's own): the product owns it ({PRODUCT_ENV[name]})"
-        for name in env if name in PRODUCT_ENV])
+        for name in env if name in PRODUCT_ENV] + [
+        f"env.{name} is set: the product owns it ({CACHE_ENV_WHY})"
+        for name in env if name in CACHE_ENV])
     for name, value in settings.items():
         _check_setting(name, value)
     return entry
@@ -498,8 +514,49 @@ def _check_setting(name, value):
             unit_text(name, item)
 
 
-def nvidia_device_nodes(gpus):
-    """The NVIDIA device nodes a model on these CUDA device indices opens."""
+def nvidia_device_nodes(gpus, gpu_facts=None):
+    """The NVIDIA device nodes a model on these CUDA device indices opens.
+
+    gpus: CUDA device indices as this host or container numbers them (with
+    CUDA_DEVICE_ORDER=PCI_BUS_ID, nvidia-smi's index). gpu_facts: the
+    gpu_facts module's result for this host; each GPU's node is then
+    /dev/nvidia<minor>, its "Device Minor" from the driver
+    (/proc/driver/nvidia/gpus/<bus>/information, or nvidia-smi -q's "Minor
+    Number"), which differs from the index where a container was given some of
+    the host's GPUs (host GPUs 4-7 are CUDA devices 0-3 there, their nodes stay
+    /dev/nvidia4-7). Without facts listing GPUs, the minor is taken to be the
+    index (a whole host, the usual case). A GPU the facts do not list is an
+    error: the unit would allow a node CUDA does not open.
+    """
     if not gpus:
         return []
-    return [*NVIDIA_CONTROL_NODES, *(f"/dev/nvidia{int(gpu)}" for gpu in gpus)]
+    listed = (gpu_facts or {}).get("gpus") or []
+    if not listed:
+        return [*NVIDIA_CONTROL_NODES, *(f"/dev/nvidia{int(gpu)}" for gpu in gpus)]
+    minors = {}
+    for gpu in listed:
+        minor = gpu.get("minor_number")
+        minors[int(gpu["index"])] = int(gpu["index"]) if minor is None else int(minor)
+    unknown = [int(gpu) for gpu in gpus if int(gpu) not in minors]
+    if unknown:
+        raise UnitValueError(
+            f"gpus lists CUDA device {', '.join(str(gpu) for gpu in unknown)}, but this host's "
+            f"GPU facts list CUDA devices {', '.join(str(i) for i in sorted(minors))} "
+            "(nvidia-smi's index, in PCI bus order): list those indices in the catalog entry")
+    return [*NVIDIA_CONTROL_NODES, *(f"/dev/nvidia{minors[int(gpu)]}" for gpu in gpus)]
+
+
+def cache_environment(home, model):
+    """{variable: folder} of the compile caches of `model`'s unit, under the service home.
+
+    Per model (home/.cache/<model>/vllm, .../torchinductor, .../triton): a
+    restart of the model finds its kernels again; two models never share lock
+    files or a cache one of them left half written; removing a model's cache is
+    one rm. The caches key their entries by the code, the vLLM, torch and
+    Triton versions and the device, so a new vLLM beside the old one reuses
+    nothing stale.
+    """
+    _check_path("vllm_service_home", home)
+    name = check_model_name(model)
+    return {variable: f"{str(home).rstrip('/')}/.cache/{name}/{folder}"
+            for variable, folder in CACHE_ENV.items()}
