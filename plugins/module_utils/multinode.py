@@ -233,7 +233,7 @@ def entry_rdma(entry, context="catalog entry"):
             f"{context}: env sets {', '.join(named)}, which has NCCL talk InfiniBand/RoCE between "
             "the replica's hosts, but the entry does not set rdma: true; NCCL pins its buffers "
             "with the NIC, which needs the /dev/infiniband devices and a locked-memory limit "
-            "above the default 8 MiB (\"Cannot allocate memory\" otherwise): set rdma: true in "
+            'above the default 8 MiB ("Cannot allocate memory" otherwise): set rdma: true in '
             "the catalog entry (the unit then allows the devices and sets "
             "LimitMEMLOCK=infinity), or drop those variables to use sockets")
     return value

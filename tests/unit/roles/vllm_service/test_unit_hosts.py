@@ -197,8 +197,8 @@ def test_the_verifier_refuses_a_memlock_limit_added_by_hand():
     edited = unit.replace("LimitNOFILE=65536\n", "LimitNOFILE=65536\nLimitMEMLOCK=infinity\n")
     line = edited.splitlines().index("LimitMEMLOCK=infinity") + 1
     assert verify_unit.compare(edited) == [
-        f"directive Service.LimitMEMLOCK (line {line}) is not one the template wrote "
-        "(1 more than intended)"]
+        (f"directive Service.LimitMEMLOCK (line {line}) is not one the template wrote "
+         "(1 more than intended)")]
 
 
 @pytest.mark.parametrize("host", ["lab1", "lab2"])
