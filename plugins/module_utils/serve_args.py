@@ -92,8 +92,8 @@ PRODUCT_ENV = {
     "VLLM_RUST_FRONTEND_PATH": "it names a program to run as the API server",
 }
 # Where vLLM, torch's inductor and Triton keep what they compile (and load back
-# with dlopen): each unit sets them to a folder of its own under the service
-# home (cache_environment()). Unset, inductor's goes to /tmp/torchinductor_<user>
+# with dlopen): every unit sets them under the service home (cache_environment()).
+# Unset, inductor's goes to /tmp/torchinductor_<user>
 # (torch/_inductor/runtime/cache_dir_utils.py default_cache_dir), which
 # PrivateTmp= empties at every start and hardened hosts mount noexec. A catalog
 # entry's env may not move them: the product owns them like PRODUCT_ENV.
@@ -102,9 +102,9 @@ CACHE_ENV = {
     "TORCHINDUCTOR_CACHE_DIR": "torchinductor",
     "TRITON_CACHE_DIR": "triton",
 }
-CACHE_ENV_WHY = ("the unit keeps compiled kernels under the service home, per model "
-                 "(vllm_service_home/.cache/<model>/), where a restart finds them and "
-                 "a noexec /tmp cannot stop them loading")
+CACHE_ENV_WHY = ("the unit keeps compiled kernels under the service home "
+                 "(vllm_service_home/.cache/), where a restart finds them and a noexec /tmp "
+                 "cannot stop them loading")
 # Model names whose unit (vllm-<name>.service) would be one of the product's
 # own units: every unit the roles install is named vllm-fleet-*
 # (tests/unit/plugins/module_utils/test_serve_args.py reads them from roles/).
@@ -546,17 +546,20 @@ def nvidia_device_nodes(gpus, gpu_facts=None):
     return [*NVIDIA_CONTROL_NODES, *(f"/dev/nvidia{minors[int(gpu)]}" for gpu in gpus)]
 
 
-def cache_environment(home, model):
-    """{variable: folder} of the compile caches of `model`'s unit, under the service home.
+def cache_environment(home):
+    """{variable: folder} of the compile caches every model unit sets, under the service home.
 
-    Per model (home/.cache/<model>/vllm, .../torchinductor, .../triton): a
-    restart of the model finds its kernels again; two models never share lock
-    files or a cache one of them left half written; removing a model's cache is
-    one rm. The caches key their entries by the code, the vLLM, torch and
-    Triton versions and the device, so a new vLLM beside the old one reuses
-    nothing stale.
+    One folder each for all the home's models and vLLM versions
+    (home/.cache/vllm, .../torchinductor, .../triton): the caches key their
+    entries by what was compiled and by the vLLM, torch and Triton versions and
+    the device (vLLM leaves VLLM_CACHE_ROOT itself out of its hash, vllm/envs.py),
+    and write each entry atomically (a temporary file renamed, or under a file
+    lock), as a model's tensor-parallel ranks already share them; so a restart
+    of a model finds its kernels, a second model reuses the kernels they share,
+    and a new vLLM compiles its own beside the old.
+    VLLM_CACHE_ROOT is vLLM's default for a user whose HOME is the service home,
+    which the lab's image fills ahead (lab/bake.yml, vLLM's modelinfos).
     """
-    _check_path("vllm_service_home", home)
-    name = check_model_name(model)
-    return {variable: f"{str(home).rstrip('/')}/.cache/{name}/{folder}"
+    root = _check_path("vllm_service_home", home).rstrip("/")
+    return {variable: f"{root}/.cache/{folder}"
             for variable, folder in CACHE_ENV.items()}

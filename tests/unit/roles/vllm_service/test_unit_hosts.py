@@ -161,9 +161,9 @@ def test_every_unit_keeps_its_compile_caches_under_the_home(kind, home):
     assert verify_unit.compare(unit) == []
     env = environment(unit)
     assert {name: env.get(name) for name in CACHES} == {
-        "VLLM_CACHE_ROOT": f"{home}/.cache/tiny_gqa/vllm",
-        "TORCHINDUCTOR_CACHE_DIR": f"{home}/.cache/tiny_gqa/torchinductor",
-        "TRITON_CACHE_DIR": f"{home}/.cache/tiny_gqa/triton"}
+        "VLLM_CACHE_ROOT": f"{home}/.cache/vllm",
+        "TORCHINDUCTOR_CACHE_DIR": f"{home}/.cache/torchinductor",
+        "TRITON_CACHE_DIR": f"{home}/.cache/triton"}
     # Writable under ProtectSystem=strict (the home is the first ReadWritePaths= word),
     # and not under the unit's private /tmp, which a restart empties.
     assert words(service(unit, "ReadWritePaths")[0])[0] == home
@@ -172,11 +172,13 @@ def test_every_unit_keeps_its_compile_caches_under_the_home(kind, home):
     assert [value for value in env.values() if value.startswith("/tmp")] == []
 
 
-def test_two_models_keep_separate_caches():
+def test_the_caches_are_the_homes_not_the_models():
+    # Keyed by content and versions, shared like a model's ranks share them; VLLM_CACHE_ROOT
+    # is where the lab's image bakes vLLM's modelinfos (lab/bake.yml).
     first = environment(render_unit(tiny_gqa_entry()))
     second = environment(render_unit(tiny_gqa_entry(), model="other_model"))
-    assert second["TRITON_CACHE_DIR"] == "/var/lib/vllm/.cache/other_model/triton"
-    assert first["TRITON_CACHE_DIR"] != second["TRITON_CACHE_DIR"]
+    assert [first[name] for name in CACHES] == [second[name] for name in CACHES]
+    assert first["VLLM_CACHE_ROOT"] == "/var/lib/vllm/.cache/vllm"
 
 
 @pytest.mark.parametrize("name", CACHES)
