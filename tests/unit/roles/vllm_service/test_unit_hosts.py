@@ -232,8 +232,8 @@ def test_a_plan_naming_ib_hcas_without_rdma_is_refused(env):
     assert "set rdma: true in the catalog entry" in message
 
 
-@pytest.mark.parametrize("env", [{"NCCL_NET": "Socket"}, {"NCCL_IB_HCA": "mlx5_0",
-                                                           "NCCL_IB_DISABLE": "1"}, {}])
+@pytest.mark.parametrize("env", [
+    {"NCCL_NET": "Socket"}, {"NCCL_IB_HCA": "mlx5_0", "NCCL_IB_DISABLE": "1"}, {}])
 def test_a_plan_without_ib_needs_no_rdma(env):
     entry = replica_entry(env={**tiny_gqa_entry()["env"], **env})
     plan = replica_plan(entry, LAB, model="tiny_gqa")
