@@ -54,6 +54,7 @@ class FilterModule:
             "vllm_unit_check": _vllm_unit_check,
             "vllm_request_check": _vllm_request_check,
             **{name: module_util_filter(name, "serve_args")
-               for name in ("nvidia_device_nodes", "systemd_exec_line", "systemd_quote",
+               for name in ("nvidia_device_nodes", "cache_environment",
+                            "systemd_exec_line", "systemd_quote",
                             "systemd_word", "systemd_environment", "systemd_specifier_text")},
         }

@@ -243,6 +243,22 @@ def _kernel_log_facts(kernel_log):
     }
 
 
+def _container_gpus(container, proc_gpus_text, nodes):
+    """The bus ids of the host's GPUs a container was given, or None (not a container, or unknown).
+
+    A container reads the host's PCI bus and /proc/driver/nvidia/gpus (every GPU of
+    the host), but only the GPUs whose /dev/nvidia<minor> was passed in are its own:
+    the others are not missing. None when the nodes or the driver's list were not read,
+    or no GPU's node is there (then every GPU is expected, and the missing nodes are
+    reported as such).
+    """
+    if not container or nodes is None or proc_gpus_text is None:
+        return None
+    given = [bus for bus, gpu in gpu_readers.parse_proc_gpus(proc_gpus_text).items()
+             if gpu.get("minor") is not None and f"/dev/nvidia{gpu['minor']}" in nodes]
+    return given or None
+
+
 def gather(host, expected_bus_ids=None, fabric=True, device_nodes=True):
     """All GPU facts from one host (live or fixture), the same code either way.
 
@@ -257,22 +273,25 @@ def gather(host, expected_bus_ids=None, fabric=True, device_nodes=True):
     if banner_from_log:
         proc_version = kernel_log["banner"]
     lspci = host.read("lspci")
+    proc_gpus = host.read("proc_gpus")
+    container = host.read("container")
+    container = container.strip() if container and container.strip() else None
+    nodes = host.read("dev_nodes") if device_nodes else None
+    nodes = gpu_readers.parse_device_nodes(nodes) if nodes is not None else None
     facts = gpu_facts.collect(
         host.run,
         nvidia_smi=host.nvidia_smi,
         proc_version_text=proc_version,
         modinfo_license=None if proc_version else host.read("modinfo_license"),
         lspci_text=lspci if lspci is not None else host.read("lspci_vvv"),
-        proc_gpus_text=host.read("proc_gpus"),
-        expected_bus_ids=expected_bus_ids,
+        proc_gpus_text=proc_gpus,
+        expected_bus_ids=expected_bus_ids or _container_gpus(container, proc_gpus, nodes),
     )
     if banner_from_log:
         facts["kernel_module"]["source"] = "kernel_log"
     facts["kernel_log"] = _kernel_log_facts(kernel_log)
-    container = host.read("container")
-    facts["container"] = container.strip() if container and container.strip() else None
-    nodes = host.read("dev_nodes") if device_nodes else None
-    facts["device_nodes"] = gpu_readers.parse_device_nodes(nodes) if nodes is not None else None
+    facts["container"] = container
+    facts["device_nodes"] = nodes
     cuda = host.read("cuda_init")
     facts["cuda"] = gpu_readers.parse_cuda_init(cuda) if cuda is not None else {"checked": False}
     if fabric and facts["present"]:

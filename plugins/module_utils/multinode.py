@@ -87,6 +87,17 @@ _INTERFACE = re.compile(r"[A-Za-z0-9_.:@-]{1,15}")
 _MODEL_NAME = re.compile(r"[a-z0-9][a-z0-9_-]*")
 HEAD = "head"
 WORKER = "worker"
+# InfiniBand/RoCE between the replica's hosts (the entry's `rdma: true`): NCCL's
+# IB transport registers (pins) its buffers with the NIC, so the rank needs the
+# verbs devices and a locked-memory limit far above the 8 MiB default (NCCL's
+# troubleshooting guide, "Memory issues": `--ulimit memlock=-1` for containers;
+# an ibv_reg_mr under the limit fails with "Cannot allocate memory",
+# NVIDIA/nccl#563). The unit then allows these devices and sets
+# LimitMEMLOCK=infinity. /dev/infiniband/uverbsN have the driver name
+# infiniband_verbs in /proc/devices (a major of their own); rdma_cm is a misc
+# device, named by its path (char-misc would allow every misc device).
+RDMA_DEVICE_ALLOW = ("char-infiniband_verbs rw", "/dev/infiniband/rdma_cm rw")
+RDMA_MEMLOCK = "infinity"
 
 
 class ReplicaLayoutError(ValueError):
@@ -196,6 +207,36 @@ def _check_env(entry, context):
             f"{context}: env sets VLLM_PORT: vLLM then scans for ports from it "
             "(vllm/utils/network_utils.py:207-247), outside the ephemeral range the replica's "
             "firewall opens between its hosts; leave it unset for a multi-node model")
+
+
+def entry_rdma(entry, context="catalog entry"):
+    """Whether the entry's replica talks InfiniBand/RoCE (its `rdma`), refusing NCCL
+    settings that name IB HCAs without it.
+
+    NCCL_IB_HCA set, or NCCL_NET=IB, in the entry's env (and NCCL_IB_DISABLE not 1)
+    makes NCCL use the IB transport; without `rdma: true` the unit denies the
+    verbs devices and leaves the 8 MiB memlock limit, and the ranks fail at their
+    first collective rather than here.
+    """
+    value = entry.get("rdma", False)
+    if value is None:
+        value = False
+    if not isinstance(value, bool):
+        raise ReplicaLayoutError(f"{context}: rdma must be true or false, got {value!r}")
+    env = entry.get("env") or {}
+    disabled = str(env.get("NCCL_IB_DISABLE", "")).strip() == "1"
+    named = [f"{name}={env[name]}" for name in ("NCCL_IB_HCA", "NCCL_NET")
+             if name in env and str(env[name]).strip()
+             and (name == "NCCL_IB_HCA" or str(env[name]).strip().upper() == "IB")]
+    if named and not value and not disabled:
+        raise ReplicaLayoutError(
+            f"{context}: env sets {', '.join(named)}, which has NCCL talk InfiniBand/RoCE between "
+            "the replica's hosts, but the entry does not set rdma: true; NCCL pins its buffers "
+            "with the NIC, which needs the /dev/infiniband devices and a locked-memory limit "
+            'above the default 8 MiB ("Cannot allocate memory" otherwise): set rdma: true in '
+            "the catalog entry (the unit then allows the devices and sets "
+            "LimitMEMLOCK=infinity), or drop those variables to use sockets")
+    return value
 
 
 def _check_gpus(entry, context, ranks_per_node):
@@ -362,6 +403,7 @@ def replica_plan(entry, hosts, master_port=DEFAULT_MASTER_PORT,
     _check_serve(entry, context)
     _check_env(entry, context)
     _check_gpus(entry, context, layout["ranks_per_node"])
+    rdma = entry_rdma(entry, context)
     master_port = _port(master_port, MASTER_PORT_VARIABLE)
     state_port = _port(state_port, STATE_PORT_VARIABLE)
     if state_port == master_port:
@@ -396,6 +438,7 @@ def replica_plan(entry, hosts, master_port=DEFAULT_MASTER_PORT,
             "ranks": [first_rank, first_rank + layout["ranks_per_node"] - 1],
             "argv": argv, "env": env, "ports": ports, "peers": peers,
             "state_url": state_url(host["ip"], state_port, model),
+            "rdma": rdma, "device_allow": list(RDMA_DEVICE_ALLOW) if rdma else [],
         })
     for member in plan_members:
         member["head_state_url"] = plan_members[0]["state_url"]

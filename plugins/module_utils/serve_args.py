@@ -91,6 +91,20 @@ PRODUCT_ENV = {
                                "--grpc-port)"),
     "VLLM_RUST_FRONTEND_PATH": "it names a program to run as the API server",
 }
+# Where vLLM, torch's inductor and Triton keep what they compile (and load back
+# with dlopen): every unit sets them under the service home (cache_environment()).
+# Unset, inductor's goes to /tmp/torchinductor_<user>
+# (torch/_inductor/runtime/cache_dir_utils.py default_cache_dir), which
+# PrivateTmp= empties at every start and hardened hosts mount noexec. A catalog
+# entry's env may not move them: the product owns them like PRODUCT_ENV.
+CACHE_ENV = {
+    "VLLM_CACHE_ROOT": "vllm",
+    "TORCHINDUCTOR_CACHE_DIR": "torchinductor",
+    "TRITON_CACHE_DIR": "triton",
+}
+CACHE_ENV_WHY = ("the unit keeps compiled kernels under the service home "
+                 "(vllm_service_home/.cache/), where a restart finds them and a noexec /tmp "
+                 "cannot stop them loading")
 # Model names whose unit (vllm-<name>.service) would be one of the product's
 # own units: every unit the roles install is named vllm-fleet-*
 # (tests/unit/plugins/module_utils/test_serve_args.py reads them from roles/).
@@ -465,7 +479,9 @@ def check_unit_inputs(model, entry, settings):
             raise UnitValueError(f"{context}: {exc}") from None
     _raise_owned(context, [
         f"env.{name} is set ({name} is vLLM's own): the product owns it ({PRODUCT_ENV[name]})"
-        for name in env if name in PRODUCT_ENV])
+        for name in env if name in PRODUCT_ENV] + [
+        f"env.{name} is set: the product owns it ({CACHE_ENV_WHY})"
+        for name in env if name in CACHE_ENV])
     for name, value in settings.items():
         _check_setting(name, value)
     return entry
@@ -498,8 +514,52 @@ def _check_setting(name, value):
             unit_text(name, item)
 
 
-def nvidia_device_nodes(gpus):
-    """The NVIDIA device nodes a model on these CUDA device indices opens."""
+def nvidia_device_nodes(gpus, gpu_facts=None):
+    """The NVIDIA device nodes a model on these CUDA device indices opens.
+
+    gpus: CUDA device indices as this host or container numbers them (with
+    CUDA_DEVICE_ORDER=PCI_BUS_ID, nvidia-smi's index). gpu_facts: the
+    gpu_facts module's result for this host; each GPU's node is then
+    /dev/nvidia<minor>, its "Device Minor" from the driver
+    (/proc/driver/nvidia/gpus/<bus>/information, or nvidia-smi -q's "Minor
+    Number"), which differs from the index where a container was given some of
+    the host's GPUs (host GPUs 4-7 are CUDA devices 0-3 there, their nodes stay
+    /dev/nvidia4-7). Without facts listing GPUs, the minor is taken to be the
+    index (a whole host, the usual case). A GPU the facts do not list is an
+    error: the unit would allow a node CUDA does not open.
+    """
     if not gpus:
         return []
-    return [*NVIDIA_CONTROL_NODES, *(f"/dev/nvidia{int(gpu)}" for gpu in gpus)]
+    listed = (gpu_facts or {}).get("gpus") or []
+    if not listed:
+        return [*NVIDIA_CONTROL_NODES, *(f"/dev/nvidia{int(gpu)}" for gpu in gpus)]
+    minors = {}
+    for gpu in listed:
+        minor = gpu.get("minor_number")
+        minors[int(gpu["index"])] = int(gpu["index"]) if minor is None else int(minor)
+    unknown = [int(gpu) for gpu in gpus if int(gpu) not in minors]
+    if unknown:
+        raise UnitValueError(
+            f"gpus lists CUDA device {', '.join(str(gpu) for gpu in unknown)}, but this host's "
+            f"GPU facts list CUDA devices {', '.join(str(i) for i in sorted(minors))} "
+            "(nvidia-smi's index, in PCI bus order): list those indices in the catalog entry")
+    return [*NVIDIA_CONTROL_NODES, *(f"/dev/nvidia{minors[int(gpu)]}" for gpu in gpus)]
+
+
+def cache_environment(home):
+    """{variable: folder} of the compile caches every model unit sets, under the service home.
+
+    One folder each for all the home's models and vLLM versions
+    (home/.cache/vllm, .../torchinductor, .../triton): the caches key their
+    entries by what was compiled and by the vLLM, torch and Triton versions and
+    the device (vLLM leaves VLLM_CACHE_ROOT itself out of its hash, vllm/envs.py),
+    and write each entry atomically (a temporary file renamed, or under a file
+    lock), as a model's tensor-parallel ranks already share them; so a restart
+    of a model finds its kernels, a second model reuses the kernels they share,
+    and a new vLLM compiles its own beside the old.
+    VLLM_CACHE_ROOT is vLLM's default for a user whose HOME is the service home,
+    which the lab's image fills ahead (lab/bake.yml, vLLM's modelinfos).
+    """
+    root = _check_path("vllm_service_home", home).rstrip("/")
+    return {variable: f"{root}/.cache/{folder}"
+            for variable, folder in CACHE_ENV.items()}

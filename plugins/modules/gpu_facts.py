@@ -169,7 +169,10 @@ gpu_facts:
       type: list
       elements: str
     expected_gpu_slots:
-      description: Bus ids this machine must see (O(gpu_bus_ids), else the PCI bus and the driver's list).
+      description:
+        - Bus ids this machine must see (O(gpu_bus_ids), else the PCI bus and the driver's list).
+        - In a container (C(container) set), the GPUs of the driver's list whose C(/dev/nvidia<minor>) node
+          it was given - the driver's list there is the host's.
       type: list
       elements: str
     lost_gpus:

@@ -11,7 +11,8 @@ VLLM = "/opt/vllm/0.32.0-cpu/bin/vllm"
 
 
 def test_filter_names():
-    assert sorted(FILTERS) == ["nvidia_device_nodes", "systemd_environment", "systemd_exec_line",
+    assert sorted(FILTERS) == ["cache_environment",
+                               "nvidia_device_nodes", "systemd_environment", "systemd_exec_line",
                                "systemd_quote", "systemd_specifier_text", "systemd_word",
                                "vllm_request_check", "vllm_serve_argv", "vllm_unit_check"]
 

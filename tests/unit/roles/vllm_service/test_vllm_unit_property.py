@@ -39,7 +39,9 @@ OWNED_FORMS = ["host", "port", "served-model-name", "model", "enable-server-load
                "no-enable-server-load-tracking", "api-key", "enable-sleep-mode",
                "no-enable-sleep-mode", "config", "uds", "grpc-port", "allowed-local-media-path"]
 OWNED_ENV = {"VLLM_SERVER_DEV_MODE", "VLLM_API_KEY", "VLLM_ALLOW_RUNTIME_LORA_UPDATING",
-             "VLLM_USE_RUST_FRONTEND", "VLLM_RUST_FRONTEND_PATH"}
+             "VLLM_USE_RUST_FRONTEND", "VLLM_RUST_FRONTEND_PATH",
+             # the unit's compile caches, under the service home (issue 34)
+             "VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"}
 
 
 def owned(word):
@@ -78,7 +80,7 @@ def entries(text, gpu, env_name, option_name):
 # half hold any printable text in well-formed places (nearly all are written).
 ENTRIES = st.one_of(
     entries(ANY_TEXT, st.one_of(st.integers(0, 15), ANY_TEXT),
-            st.one_of(ANY_TEXT, st.sampled_from(["A", "VLLM_X", "_1"])),
+            st.one_of(ANY_TEXT, st.sampled_from(["A", "VLLM_X", "_1", "TRITON_CACHE_DIR"])),
             st.one_of(ANY_TEXT, st.sampled_from(["dtype", "max_model_len"]))),
     entries(PRINTABLE_TEXT, st.one_of(st.integers(0, 15), st.integers(0, 15).map(str)),
             st.from_regex(ENV_NAME, fullmatch=True),
@@ -137,9 +139,10 @@ def test_any_entry_is_refused_by_name_or_keeps_the_units_structure(entry):
     assert list(parsed(unit)) == list(parsed(render_unit(tame(entry))))
     directives = parsed(unit)
     assert [len(directives[key]) for key in ("Service.ExecStart", "Service.Environment")] == [
-        # HOME, HF_HUB_OFFLINE, PYTHONUNBUFFERED, GLOO_SOCKET_IFNAME=lo; with GPUs
-        # CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES, NCCL_SOCKET_IFNAME=lo; the entry's.
-        1, 4 + 3 * bool(entry["gpus"]) + len(entry["env"])]
+        # HOME, HF_HUB_OFFLINE, PYTHONUNBUFFERED, the three compile caches,
+        # GLOO_SOCKET_IFNAME=lo; with GPUs CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES,
+        # NCCL_SOCKET_IFNAME=lo; the entry's.
+        1, 7 + 3 * bool(entry["gpus"]) + len(entry["env"])]
 
     environment = [word for value in directives["Service.Environment"] for word in words(value)]
     wanted = {name: str(value) for name, value in entry["env"].items()}
