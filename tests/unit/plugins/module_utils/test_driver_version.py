@@ -42,14 +42,18 @@ def test_compare_refuses_what_is_not_a_version():
 
 
 # `apt-cache madison` layout: name | version | source, one line per version and source.
-MADISON = """\
-nvidia-kernel-open-dkms | 590.44.01-1 | https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64  Packages
-nvidia-kernel-open-dkms | 580.95.05-1 | https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64  Packages
-nvidia-kernel-open-dkms | 580.105.08-1 | https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64  Packages
-nvidia-kernel-open-dkms | 575.57.08-1 | https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64  Packages
-nvidia-kernel-open-dkms | 580.95.05-1 | /var/lib/dpkg/status
-  nvidia-open | 580.95.05-1 | https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64  Packages
-"""
+REPO = "https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64  Packages"
+MADISON = "".join(
+    f"{name} | {version} | {source}\n"
+    for name, version, source in [
+        ("nvidia-kernel-open-dkms", "590.44.01-1", REPO),
+        ("nvidia-kernel-open-dkms", "580.95.05-1", REPO),
+        ("nvidia-kernel-open-dkms", "580.105.08-1", REPO),
+        ("nvidia-kernel-open-dkms", "575.57.08-1", REPO),
+        ("nvidia-kernel-open-dkms", "580.95.05-1", "/var/lib/dpkg/status"),
+        ("  nvidia-open", "580.95.05-1", REPO),
+    ]
+)
 
 
 def test_madison_versions_newest_first_each_once_of_the_package():
@@ -105,7 +109,9 @@ def test_a_new_branch_moves_to_its_newest():
 
 def test_no_release_of_the_branch_is_refused():
     got = dv.choose("", "", 570, _offered())
-    assert got["refusal"].startswith("no driver of branch 570 in the repository (it offers 590.44.01")
+    assert got["refusal"].startswith(
+        "no driver of branch 570 in the repository (it offers 590.44.01"
+    )
 
 
 def test_check_mode_before_the_repository_exists():

@@ -410,7 +410,9 @@ def test_module_not_loaded_names_the_pci_count_and_nvidia_smis(tmp_path, capture
 
 def test_not_answering_is_empty_when_nvidia_smi_answers_and_says_when_none_is_installed():
     assert gf.not_answering(collect_from_fixture(str(SYNTH))) == ""
-    facts = gf.collect(lambda argv: (0, "", ""), nvidia_smi=None, lspci_text=_read(SYNTH / "lspci-n.txt"))
+    facts = gf.collect(
+        lambda argv: (0, "", ""), nvidia_smi=None, lspci_text=_read(SYNTH / "lspci-n.txt")
+    )
     assert gf.not_answering(facts) == (
         "nvidia-smi sees 0 GPU(s), 8 NVIDIA GPU(s) on the PCI bus (vendor 10de, class 03xx); "
         "no nvidia-smi is installed"
