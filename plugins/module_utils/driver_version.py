@@ -53,8 +53,8 @@ def _compare_part(a, b):
 
 def _split(version):
     text = str(version).strip()
-    epoch, _, rest = text.partition(":") if ":" in text else ("0", "", text)
-    upstream, _, revision = rest.rpartition("-") if "-" in rest else (rest, "", "")
+    epoch, rest = text.split(":", 1) if ":" in text else ("0", text)
+    upstream, revision = rest.rsplit("-", 1) if "-" in rest else (rest, "")
     if not epoch.isdigit() or not upstream:
         raise ValueError(f"not a Debian version: {version!r} (wanted e.g. '580.95.05-1')")
     return int(epoch), upstream, revision
@@ -96,7 +96,7 @@ class _Key:
 
 
 def _of_branch(version, branch):
-    return str(version).split(".")[0] == str(branch)
+    return str(version).split(".", maxsplit=1)[0] == str(branch)
 
 
 def choose(wanted, installed, branch, offered):
