@@ -113,6 +113,40 @@ def nvidia_cuda_mismatch(driver_cuda_version, wheel_cuda_version):
     return ""
 
 
+def nvidia_driver_choice(installed, wanted, branch, madison_text=None, package=""):
+    """The driver version the host keeps (module_utils/driver_version.choose).
+
+    installed: the installed kernel module package's version ('' for none); madison_text:
+    `apt-cache madison PACKAGE` output (None: not read).
+    """
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils import driver_version
+
+    try:
+        offered = (
+            None if madison_text is None else driver_version.madison_versions(madison_text, package)
+        )
+        return driver_version.choose(wanted or "", installed or "", branch, offered)
+    except ValueError as exc:
+        raise AnsibleFilterError(f"nvidia_driver_choice: {exc}") from exc
+
+
+def nvidia_deb_version_cmp(a, b):
+    """-1, 0 or 1 as Debian version a sorts before, equal to or after b (dpkg's order)."""
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils import driver_version
+
+    try:
+        return driver_version.compare(a, b)
+    except ValueError as exc:
+        raise AnsibleFilterError(f"nvidia_deb_version_cmp: {exc}") from exc
+
+
+def nvidia_not_answering(gpu_facts):
+    """Why nvidia-smi does not answer, in GPU counts ('' when it answers)."""
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_facts import not_answering
+
+    return not_answering(gpu_facts or {})
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -122,4 +156,7 @@ class FilterModule:
             "nvidia_unexplained_memory": nvidia_unexplained_memory,
             "nvidia_secure_boot_state": nvidia_secure_boot_state,
             "nvidia_cuda_mismatch": nvidia_cuda_mismatch,
+            "nvidia_driver_choice": nvidia_driver_choice,
+            "nvidia_deb_version_cmp": nvidia_deb_version_cmp,
+            "nvidia_not_answering": nvidia_not_answering,
         }

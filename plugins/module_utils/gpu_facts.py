@@ -351,3 +351,35 @@ def runtime_problems(facts):
             f"{facts.get('gpu_count')}: CUDA_VISIBLE_DEVICES or the cgroup device rules hide some"
         )
     return problems
+
+
+def not_answering(facts):
+    """Why nvidia-smi does not answer, in counts: the NVIDIA GPUs on the PCI bus (vendor
+    10de, class 03xx, from lspci or sysfs) against the GPUs nvidia-smi sees, and whether a
+    kernel module is loaded. '' when nvidia-smi answers.
+
+    After a reboot into a driver whose module does not load, nvidia-smi prints only that
+    it "couldn't communicate with the NVIDIA driver": the counts say what is lost (every
+    GPU the bus has) and the loaded module (none) says where to look.
+    """
+    if facts.get("present"):
+        return ""
+    pci = facts.get("pci_gpu_count")
+    seen = len(facts.get("gpus") or [])
+    bus = (
+        "the PCI bus was not read"
+        if pci is None
+        else f"{pci} NVIDIA GPU(s) on the PCI bus (vendor 10de, class 03xx)"
+    )
+    kmod = facts.get("kernel_module") or {}
+    if not facts.get("nvidia_smi"):
+        where = "no nvidia-smi is installed"
+    elif facts.get("driver_loaded"):
+        where = f"the kernel module {kmod.get('version')} is loaded"
+    else:
+        where = (
+            "no NVIDIA kernel module is loaded (no /proc/driver/nvidia/version): after a reboot "
+            "the module did not load - see `dmesg | grep -iE 'nvrm|nvidia'` and `dkms status` "
+            "(a module not built for the running kernel, or refused under Secure Boot)"
+        )
+    return f"nvidia-smi sees {seen} GPU(s), {bus}; {where}"

@@ -9,7 +9,10 @@
 # otherwise fails as the real one does (version mismatch, no driver).
 # Usage: build-fake-cuda-repo.sh OUT_DIR [REPO_URL_IN_TARGET]
 # Writes OUT_DIR/debian12/x86_64/{*.deb,Packages,Release,InRelease} and
-# OUT_DIR/keyring.sha256 (the cuda-keyring .deb's sha256, for the role's pin).
+# OUT_DIR/keyring.sha256 (the cuda-keyring .deb's sha256, for the role's pin);
+# and OUT_DIR/later/debian12/x86_64: the same repository, signed by the same key,
+# after NVIDIA published a newer 580 release (580.105.08-1) and cuda-keyring 1.2-1
+# (what tempts an `apt-get upgrade` once the role has installed the driver).
 set -euo pipefail
 out=$1
 url=${2:-file:/srv/fake-cuda/debian12/x86_64/}
@@ -25,7 +28,7 @@ gpg --batch --export > "$work/cuda-archive-keyring.gpg"
 
 # pkg NAME VERSION ARCH DEPENDS [extra-setup-function]
 pkg() {
-  local name=$1 version=$2 arch=$3 depends=$4 setup=${5:-}
+  local name=$1 version=$2 arch=$3 depends=$4 setup=${5:-} repo=${REPO_DIR:-$repo}
   local d=$work/pkg/$name-$version
   mkdir -p "$d/DEBIAN" "$d/usr/share/doc/$name"
   echo "FAKE $name $version for vllm-fleet tests: no NVIDIA software inside." > "$d/usr/share/doc/$name/FAKE"
@@ -106,8 +109,8 @@ SH
   chmod 755 "$1/usr/bin/nvidia-smi"
 }
 
-pkg cuda-keyring 1.1-1 all "" keyring_files
-for v in 575.57.08-1 580.95.05-1 590.44.01-1; do
+driver_release() {
+  local v=$1
   pkg nvidia-kernel-open-dkms "$v" amd64 ""
   pkg nvidia-kernel-dkms "$v" amd64 ""
   pkg libcuda1 "$v" amd64 ""
@@ -116,14 +119,14 @@ for v in 575.57.08-1 580.95.05-1 590.44.01-1; do
   pkg nvidia-persistenced "$v" amd64 "" persistenced_files
   pkg nvidia-open "$v" amd64 "nvidia-kernel-open-dkms (= $v), nvidia-driver-cuda (= $v), nvidia-persistenced (= $v)"
   pkg cuda-drivers "$v" amd64 "nvidia-kernel-dkms (= $v), nvidia-driver-cuda (= $v), nvidia-persistenced (= $v)"
-done
+}
 
-sha256sum "$repo/cuda-keyring_1.1-1_all.deb" | cut -d' ' -f1 > "$out/keyring.sha256"
-
-cd "$repo"
-dpkg-scanpackages --multiversion . /dev/null 2>/dev/null > Packages
-size=$(stat -c %s Packages); sha=$(sha256sum Packages | cut -d' ' -f1)
-cat > Release <<REL
+index() {
+  (
+    cd "$1"
+    dpkg-scanpackages --multiversion . /dev/null 2>/dev/null > Packages
+    size=$(stat -c %s Packages); sha=$(sha256sum Packages | cut -d' ' -f1)
+    cat > Release <<REL
 Origin: vllm-fleet FAKE CUDA
 Label: vllm-fleet FAKE CUDA
 Architectures: amd64 all
@@ -131,5 +134,22 @@ Date: $(LC_ALL=C date -u -R)
 SHA256:
  $sha $size Packages
 REL
-gpg --batch --quiet --clearsign -o InRelease Release
+    gpg --batch --quiet --clearsign -o InRelease Release
+  )
+}
+
+pkg cuda-keyring 1.1-1 all "" keyring_files
+for v in 575.57.08-1 580.95.05-1 590.44.01-1; do
+  driver_release "$v"
+done
+sha256sum "$repo/cuda-keyring_1.1-1_all.deb" | cut -d' ' -f1 > "$out/keyring.sha256"
+
+later=$out/later/debian12/x86_64
+mkdir -p "$later"
+cp "$repo"/*.deb "$later/"
+REPO_DIR=$later pkg cuda-keyring 1.2-1 all "" keyring_files
+REPO_DIR=$later driver_release 580.105.08-1
+
+index "$repo"
+index "$later"
 find "$repo" -mindepth 1 -maxdepth 1 | wc -l

@@ -50,6 +50,9 @@ def test_filters_are_registered_and_documented():
         "nvidia_unexplained_memory",
         "nvidia_secure_boot_state",
         "nvidia_cuda_mismatch",
+        "nvidia_driver_choice",
+        "nvidia_deb_version_cmp",
+        "nvidia_not_answering",
     }
     for name in names:
         assert (ROOT / "plugins" / "filter" / f"{name}.yml").is_file(), name
@@ -100,3 +103,26 @@ def test_fabric_and_memory_filters_on_the_synthetic_host():
     assert nvidia_unexplained_memory(facts, [3], "0") == []
     with pytest.raises(AnsibleFilterError, match="nvidia_unexplained_memory"):
         nvidia_unexplained_memory(facts, [3], "a lot")
+
+
+def test_driver_choice_keeps_the_installed_release_and_moves_only_when_asked():
+    """The role's tasks/choose.yml call: installed package version, nvidia_driver_version,
+    branch, `apt-cache madison` output (its real layout), package name."""
+    from ansible_collections.vllm_fleet.fleet.plugins.filter.nvidia import (
+        nvidia_deb_version_cmp,
+        nvidia_driver_choice,
+    )
+
+    madison = (
+        "nvidia-kernel-open-dkms | 580.105.08-1 | file:/srv/fake-cuda/debian12/x86_64  Packages\n"
+        "nvidia-kernel-open-dkms | 580.95.05-1 | file:/srv/fake-cuda/debian12/x86_64  Packages\n"
+    )
+    kept = nvidia_driver_choice("580.95.05-1", "", 580, madison, "nvidia-kernel-open-dkms")
+    assert (kept["version"], kept["change"]) == ("580.95.05", False)
+    moved = nvidia_driver_choice(
+        "580.95.05-1", "580.105.08", 580, madison, "nvidia-kernel-open-dkms"
+    )
+    assert (moved["version"], moved["change"], moved["refusal"]) == ("580.105.08", True, "")
+    assert nvidia_deb_version_cmp("1.2-1", "1.1-1") == 1
+    with pytest.raises(AnsibleFilterError, match="nvidia_deb_version_cmp: not a Debian version"):
+        nvidia_deb_version_cmp("", "1.1-1")

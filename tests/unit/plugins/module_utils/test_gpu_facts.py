@@ -370,3 +370,51 @@ def test_cuda_seeing_fewer_devices_than_nvidia_smi(tmp_path):
             "device rules hide some"
         )
     ]
+
+
+# --- a module that does not load after a reboot: counts, not nvidia-smi's text (issue 33) ---
+
+NO_DRIVER = (
+    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+    "Make sure that the latest NVIDIA driver is installed and running.\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("capture", "on_bus"),
+    [(GPU / "h200x2-device-2026-11-30", 2), (SYNTH, 8)],  # real 2x H200 sysfs; lspci -n, audio fn
+)
+def test_module_not_loaded_names_the_pci_count_and_nvidia_smis(tmp_path, capture, on_bus):
+    """After a reboot into a driver whose module does not load there is no
+    /proc/driver/nvidia (version or gpus) and nvidia-smi exits 9 with NVIDIA's text (as
+    the lab's fake nvidia-smi prints it, molecule/resources/nvidia_driver/
+    build-fake-cuda-repo.sh); the PCI listing is the capture's own (SOURCE.md)."""
+    _copy(
+        capture,
+        tmp_path,
+        skip=("proc-driver-nvidia-version.txt", "proc-driver-nvidia-gpus.txt"),
+    )
+    (tmp_path / "nvidia-smi-query-gpu.csv").write_text(NO_DRIVER)
+    (tmp_path / "nvidia-smi-query-gpu.csv.rc").write_text("9\n")
+    facts = collect_from_fixture(str(tmp_path))
+    why = gf.not_answering(facts)
+    assert why.startswith(
+        f"nvidia-smi sees 0 GPU(s), {on_bus} NVIDIA GPU(s) on the PCI bus (vendor 10de, class "
+        "03xx); no NVIDIA kernel module is loaded (no /proc/driver/nvidia/version): after a "
+        "reboot the module did not load"
+    )
+    assert "couldn't communicate" not in why
+    assert "NVIDIA-SMI" not in why
+
+
+def test_not_answering_is_empty_when_nvidia_smi_answers_and_says_when_none_is_installed():
+    assert gf.not_answering(collect_from_fixture(str(SYNTH))) == ""
+    facts = gf.collect(
+        lambda argv: (0, "", ""), nvidia_smi=None, lspci_text=_read(SYNTH / "lspci-n.txt")
+    )
+    assert gf.not_answering(facts) == (
+        "nvidia-smi sees 0 GPU(s), 8 NVIDIA GPU(s) on the PCI bus (vendor 10de, class 03xx); "
+        "no nvidia-smi is installed"
+    )
+    facts = gf.collect(lambda argv: (9, NO_DRIVER, ""), nvidia_smi="nvidia-smi")
+    assert gf.not_answering(facts).startswith("nvidia-smi sees 0 GPU(s), the PCI bus was not read;")
