@@ -149,8 +149,9 @@ def evaluate(settings):
 # derived-from row: they test less than an independent log (their set is as committed).
 NOT_INDEPENDENT = {
     "kimi-k2-thinking-h200-tp8-dcp8-v0.11": (
-        "kimi-k2-thinking-h200-tp8-v0.11", ("the same recipe section and the same 46.80 GiB "
-        "available; only DCP8's token count differs")),
+        "kimi-k2-thinking-h200-tp8-v0.11",
+        ("the same recipe section and the same 46.80 GiB available; only DCP8's token count "
+         "differs")),
 }
 LEGEND = (
     "legend: err % = (predicted - logged) / logged: + means the fit promises more than vLLM "

@@ -63,8 +63,8 @@ def test_max_model_len_beyond_the_kv_cache_says_it_as_vllm_does(minimax):
     above = mf.model_fit(minimax, serve=dict(MINIMAX_TP4, max_model_len=126_001),
                          gpu=RTX_PRO_6000, weight_bytes=230_000_000_000,
                          overhead_bytes_per_gpu=OVERHEAD_FOR_8E9)
-    assert above["kv_refusal"].startswith("KV cache: max_model_len 126001 against the KV "
-                                         "cache")
+    assert above["kv_refusal"].startswith(
+        "KV cache: max_model_len 126001 against the KV cache")
     # The plan's table keeps telling memory from layout.
     assert "DOES NOT FIT (-4.17 GiB/GPU)" in "\n".join(mf.render_table({"m": report}))
 
@@ -207,8 +207,8 @@ def test_vllm_allow_long_max_model_len_in_the_entrys_env_is_a_warning(minimax, a
                            env={"VLLM_ALLOW_LONG_MAX_MODEL_LEN": allow})
     assert not any(r.startswith("max_model_len:") for r in allowed["refusals"])
     assert allowed["max_model_len"] == 262_144
-    assert [w for w in allowed["warnings"] if "max_position_embeddings" in w] == [
-        (f"max_model_len 262144 exceeds max_position_embeddings 196608, allowed by the entry's "
+    assert [w for w in allowed["warnings"] if "max_position_embeddings" in w] == [(
+        f"max_model_len 262144 exceeds max_position_embeddings 196608, allowed by the entry's "
         f'env VLLM_ALLOW_LONG_MAX_MODEL_LEN={allow}; vLLM warns: "VLLM_ALLOW_LONG_MAX_MODEL_LEN '
         "must be used with extreme caution. If the model uses relative position encoding "
         "(RoPE), positions exceeding derived_max_model_len lead to nan. If the model uses "

@@ -151,8 +151,8 @@ def test_kv_budget_equal_to_one_request_fits(minimax):
                                  "per GPU to spare after one")
     # Less to spare than the fit's known error (2 % of memory.total = 0.02 x 102,641,958,912 B =
     # 2,052,839,178 B = 1.91 GiB; bench/fit.py's largest over-promise is 1.6 %).
-    assert [w for w in report["warnings"] if w.startswith("thin margin")] == [
-        ("thin margin: 0.00 GiB per GPU to spare after one max-length request is less than the "
+    assert [w for w in report["warnings"] if w.startswith("thin margin")] == [(
+        "thin margin: 0.00 GiB per GPU to spare after one max-length request is less than the "
         "fit's known error (2 % of memory.total, 1.91 GiB: bench/fit.py's largest "
         "over-promise is 1.6 %), so the start may still fail vLLM's KV cache check; leave at "
         "least 1.91 GiB per GPU (a lower max_model_len or a higher gpu_memory_utilization)")]
