@@ -113,8 +113,11 @@ fi
 # The table: from "Plan on" to the first empty line, the callback's indent off.
 sed -n '/^ *Plan on /,/^ *$/p' "$work/plan.log" | sed -e 's/^        //' -e '/^$/d' >"$work/plan.txt"
 if ! diff -u <(sed '/^$/d' "$root/docs/plan-example.txt") "$work/plan.txt"; then
+  # $work goes at exit: the new table is kept where the message says.
+  mkdir -p "$root/.cache" && cp "$work/plan.txt" "$root/.cache/plan-example.new.txt"
   echo "FAIL: the installed plan differs from docs/plan-example.txt (above); if the catalog or" \
-       "a profile changed it on purpose, copy the new table ($work/plan.txt) into the example" >&2
+       "a profile changed it on purpose, copy the new table ($root/.cache/plan-example.new.txt)" \
+       "into the example" >&2
   exit 1
 fi
 grep -E "^ *(Plan on|verdict)" "$work/plan.log"

@@ -984,6 +984,9 @@ NO_MEMORY_EFFECT = {
     "enable_flashinfer_autotune",
     # Only lowers memory (no vision encoder); the estimate stays on the safe side.
     "language_model_only",
+    # Which domains media URLs may come from (vllm/multimodal/media/connector.py): a
+    # request-time check, no memory.
+    "allowed_media_domains",
 }
 
 
@@ -1119,16 +1122,16 @@ def _layout_warnings(attention, opts, hw, cfg, quant, refusals):
         )
     if attention["num_attention_heads"] % tp:
         refusals.append(
-            f"tensor_parallel_size {tp} does not divide num_attention_heads "
-            f"{attention['num_attention_heads']}: vLLM refuses this layout"
+            f"tensor parallel: tensor_parallel_size {tp} does not divide num_attention_heads "
+            f"{attention['num_attention_heads']}"
         )
     kvh = attention["num_kv_heads"]
     if not mla and kvh % tp and tp % kvh:
         # vLLM's QKVParallelLinear asserts tp % kv_heads == 0 (replicated) or
         # kv_heads % tp == 0 (split).
         refusals.append(
-            f"tensor_parallel_size {tp} neither divides nor is a multiple of the "
-            f"{kvh} KV heads: vLLM cannot shard or replicate them evenly and refuses this"
+            f"tensor parallel: tensor_parallel_size {tp} neither divides nor is a multiple of "
+            f"the {kvh} KV heads, so they cannot be sharded or replicated evenly"
         )
     refusals += _dcp_refusals(attention, opts)
     refusals += _eplb_refusals(opts, experts)
@@ -1149,9 +1152,10 @@ def _layout_warnings(attention, opts, hw, cfg, quant, refusals):
         # "Pure TP=8 fails on the FP8 block-quantized gate_up weights:
         # intermediate_size / 8 = 192 is not divisible by block_n = 128."
         refusals.append(
-            f"known to fail: FP8 block {block[0]} weights with tensor parallel {tp} and no "
+            f"FP8 block split: known to fail: FP8 block {block[0]} weights with tensor "
+            f"parallel {tp} and no "
             f"expert parallel: the expert width {inter} / {tp} = {inter // tp} is not a "
-            f"multiple of {block[0]}, and vLLM refuses the split (vllm-project/recipes "
+            f"multiple of {block[0]}, so the weights cannot be split (vllm-project/recipes "
             "MiniMax-M2.5: pure TP8 fails); enable expert parallel or use a smaller TP"
         )
     return warnings
@@ -1166,20 +1170,20 @@ def _dcp_refusals(attention, opts):
         return warnings
     if tp % dcp:
         warnings.append(
-            f"decode_context_parallel_size {dcp} does not divide tensor_parallel_size {tp}: "
-            "vLLM runs DCP inside the tensor-parallel group and refuses this"
+            f"decode context parallel: decode_context_parallel_size {dcp} does not divide "
+            f"tensor_parallel_size {tp} (vLLM runs DCP inside the tensor-parallel group)"
         )
     if attention["kind"] not in ("MLA", "sparse MLA"):
         copies = max(1, tp // attention["num_kv_heads"])
         if dcp > copies:
             warnings.append(
-                f"decode_context_parallel_size {dcp} exceeds the {copies} tensor-parallel "
-                f"copies of each of the {attention['num_kv_heads']} KV heads: DCP shares a KV "
-                "head's tokens among its copies, so vLLM refuses this"
+                f"decode context parallel: decode_context_parallel_size {dcp} exceeds the "
+                f"{copies} tensor-parallel copies of each of the {attention['num_kv_heads']} KV "
+                "heads (DCP shares a KV head's tokens among its copies)"
             )
     if any(c["type"] == "sliding" for c in attention["layer_classes"]):
         warnings.append(
-            "decode context parallel with sliding-window layers: vLLM's SlidingWindowSpec "
+            "decode context parallel: with sliding-window layers vLLM's SlidingWindowSpec "
             "asserts decode_context_parallel_size == 1 (kv_cache_interface.py)"
         )
     return warnings
@@ -1214,23 +1218,23 @@ def _eplb_refusals(opts, experts):
     if not eplb:
         if redundant:
             refusals.append(
-                f"eplb_config.num_redundant_experts {redundant} without enable_eplb: vLLM "
-                "refuses redundant experts unless EPLB is on (config/parallel.py)")
+                f"EPLB: eplb_config.num_redundant_experts {redundant} without enable_eplb "
+                "(redundant experts need EPLB on, config/parallel.py)")
         return refusals
     if not opts["enable_expert_parallel"]:
-        refusals.append("enable_eplb without enable_expert_parallel: vLLM refuses it "
+        refusals.append("EPLB: enable_eplb without enable_expert_parallel "
                         '("enable_expert_parallel must be True to use EPLB", config/parallel.py)')
     if tp * pcp * dp <= 1:
-        refusals.append(f"enable_eplb with tensor {tp} x prefill-context {pcp} x data {dp} "
-                        "parallel = 1: vLLM's EPLB needs more than one rank and refuses it "
+        refusals.append(f"EPLB: enable_eplb with tensor {tp} x prefill-context {pcp} x data "
+                        f"{dp} parallel = 1, and EPLB needs more than one rank "
                         "(config/parallel.py)")
     ep_size = tp * dp * pcp
     total = experts + redundant
     if experts and opts["enable_expert_parallel"] and total % ep_size:
         refusals.append(
-            f"enable_eplb with {total} experts ({experts} + {redundant} redundant) over "
-            f"{ep_size} expert-parallel ranks: {total} % {ep_size} = {total % ep_size}, and "
-            "vLLM's EPLB refuses an uneven split (\"EPLB currently only supports even "
+            f"EPLB: enable_eplb with {total} experts ({experts} + {redundant} redundant) over "
+            f"{ep_size} expert-parallel ranks: {total} % {ep_size} = {total % ep_size}, an "
+            'uneven split ("EPLB currently only supports even '
             'distribution of experts across ranks", model_executor/layers/fused_moe/layer.py)')
     return refusals
 
@@ -1291,10 +1295,10 @@ def _quant_capability_refusals(quant, hw):
     have = cc[0] * 10 + cc[1]
     if have >= need:
         return []
-    return [(f"quantization {method} ({quant['scheme']}) needs compute capability "
+    return [(f"quantization: {method} ({quant['scheme']}) needs compute capability "
              f"{need // 10}.{need % 10} or newer ({cls}.get_min_capability() = {need}, vLLM "
-             f"0.32 {where}); the GPUs are {hw['compute_capability']} ({have}): vLLM refuses "
-             f'it ("The quantization method {method} is not supported for the current GPU. '
+             f"0.32 {where}); the GPUs are {hw['compute_capability']} ({have}) "
+             f'("The quantization method {method} is not supported for the current GPU. '
              f'Minimum capability: {need}. Current capability: {have}.")')]
 
 
@@ -1358,25 +1362,59 @@ def _overhead_class(attention):
     return "full"
 
 
+# The fit's end-to-end error on the unsafe side (it promises more KV cache than vLLM
+# finds), as a share of the GPU's memory.total: bench/fit.py's largest over-promise is
+# +1.31 GiB (qwen3-235b-a22b-fp8-h100-tp4-v0.9.2, held apart: 1.6 % of the H100's 79.6
+# GiB); rounded up to 2 %. A fit whose margin is smaller may still fail vLLM's KV check.
+FIT_ERROR_FRACTION = Decimal("0.02")
+
+# vLLM 0.32's own text when VLLM_ALLOW_LONG_MAX_MODEL_LEN lets max_model_len past the
+# model's positions (vllm/config/model.py, _get_and_verify_max_len).
+LONG_MAX_MODEL_LEN_WARNING = (
+    "VLLM_ALLOW_LONG_MAX_MODEL_LEN must be used with extreme caution. If the model uses "
+    "relative position encoding (RoPE), positions exceeding derived_max_model_len lead to "
+    "nan. If the model uses absolute position encoding, positions exceeding "
+    "derived_max_model_len will cause a CUDA array out-of-bounds error.")
+
+
+def refusal_rule(refusal):
+    """The rule a refusal names: its text before the first ': '."""
+    return str(refusal).split(": ", 1)[0]
+
+
 def _verdict(report):
     fits = report["fits"]
     gpus_needed = report["gpus_needed"]
     margin = report["margin_bytes_per_gpu"]
     if report["refusals"]:
-        return "vLLM refuses this layout: " + "; ".join(report["refusals"])
+        return "vLLM refuses to start it: " + "; ".join(report["refusals"])
     if fits:
         return (
             f"fits: {report['max_len_requests_at_once']} max-length request(s) at once, "
-            f"{margin} bytes per GPU to spare after one"
+            f"{_gib(margin)} ({margin} bytes) per GPU to spare after one"
         )
     if gpus_needed > report["gpus_available"]:
         across = f" on each of {report['nodes']} hosts" if report.get("nodes", 1) > 1 else ""
         return (f"does not fit: needs {gpus_needed} GPUs{across}, "
                 f"has {report['gpus_available']}")
     return (
-        f"does not fit: {-margin} bytes per GPU short of one "
-        f"{report['max_model_len']}-token request"
+        f"does not fit: {_gib(-margin)} ({-margin} bytes) per GPU short of one "
+        f"{report['max_model_len']}-token request after the weights and the overhead"
     )
+
+
+def _thin_margin_warning(report, hw):
+    """A fit with less to spare than the fit's own error may still fail vLLM's KV check."""
+    advised = int(FIT_ERROR_FRACTION * hw["memory_total_bytes"])
+    margin = report["margin_bytes_per_gpu"]
+    if report["fits"] and margin < advised:
+        report["warnings"].append(
+            f"thin margin: {_gib(margin)} per GPU to spare after one max-length request is "
+            f"less than the fit's known error ({FIT_ERROR_FRACTION * 100:.0f} % of "
+            f"memory.total, {_gib(advised)}: bench/fit.py's largest over-promise is 1.6 %), so "
+            "the start may still fail vLLM's KV cache check; leave at least "
+            f"{_gib(advised)} per GPU (a lower max_model_len or a higher "
+            "gpu_memory_utilization)")
 
 
 def _dtype_bytes(name, fallback):
@@ -1426,9 +1464,19 @@ def _all_warnings(context):
     limit = context["position_limit"]
     if limit and opts["max_model_len"] > limit:
         # vLLM's ModelConfig refuses a max_model_len beyond the model's positions unless
-        # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 is set.
-        refusals.append(f"max_model_len {opts['max_model_len']} exceeds max_position_embeddings "
-                        f"{limit}: vLLM refuses it")
+        # VLLM_ALLOW_LONG_MAX_MODEL_LEN is 1 or true (vllm/envs.py), then it warns.
+        allow = str((context["env"] or {}).get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "0"))
+        if allow.strip().lower() in ("1", "true"):
+            warnings.append(
+                f"max_model_len {opts['max_model_len']} exceeds max_position_embeddings "
+                f"{limit}, allowed by the entry's env VLLM_ALLOW_LONG_MAX_MODEL_LEN={allow}; "
+                f'vLLM warns: "{LONG_MAX_MODEL_LEN_WARNING}"')
+        else:
+            refusals.append(
+                f"max_model_len: {opts['max_model_len']} exceeds max_position_embeddings "
+                f'{limit} (to allow it, set env VLLM_ALLOW_LONG_MAX_MODEL_LEN: "1" in the '
+                "entry, which vLLM warns is unsafe past the positions the model was trained "
+                "on)")
     if not quant["understood"]:
         warnings.append(f"quantization {quant['scheme']}: weight format not understood; the "
                         "weights are sized from weight_bytes only")
@@ -1447,8 +1495,11 @@ def _all_warnings(context):
 def model_fit(config, *, serve=None, gpu=None, weight_bytes=None, hf_quant_config=None,
               vllm_version=None, verified_sm120_vllm=None, overhead_bytes_per_gpu=None,
               available_kv_bytes=None, verified_vllm=None, min_vllm=None, profile=None,
-              revision=None, nodes=1):
+              revision=None, nodes=1, env=None):
     """The fit report for one model on one GPU box. Returns a JSON-able dict.
+
+    env: the entry's environment (the catalog's `env`); VLLM_ALLOW_LONG_MAX_MODEL_LEN
+    there turns the max_position_embeddings refusal into a warning, as in vLLM.
 
     nodes: the hosts one replica spans (the catalog's `nodes`); the parallel
     layout's GPUs are split evenly over them, so each host needs
@@ -1502,7 +1553,7 @@ def model_fit(config, *, serve=None, gpu=None, weight_bytes=None, hf_quant_confi
     warnings = _all_warnings({
         "attention": attention, "opts": opts, "hw": hw, "cfg": cfg, "quant": quant,
         "refusals": refusals,
-        "position_limit": position_limit, "revision": revision,
+        "position_limit": position_limit, "revision": revision, "env": env,
         "versions": {"vllm_version": vllm_version, "verified_vllm": verified_vllm,
                      "verified_sm120_vllm": verified_sm120_vllm, "min_vllm": min_vllm}})
     # In vLLM's order: the layout and quantization checks come at configuration and model
@@ -1578,6 +1629,7 @@ def model_fit(config, *, serve=None, gpu=None, weight_bytes=None, hf_quant_confi
         "warnings": warnings,
     }
     report["verdict"] = _verdict(report)
+    _thin_margin_warning(report, hw)
     if available_kv_bytes not in (None, ""):
         logged = kv_capacity(layout, _int(available_kv_bytes, "available_kv_bytes"), opts,
                              vllm_version)
@@ -1618,20 +1670,21 @@ def _kv_cache_refusal(available, needed, max_model_len, needed_bytes):
     """vLLM 0.32's start-up check, _check_enough_kv_cache_memory (vllm/v1/core/
     kv_cache_utils.py, line 1003 in 0.32.0), in its own words and with its estimate."""
     if available <= 0:
-        return (f"max_model_len {max_model_len} against the KV cache: no memory is left for "
-                f"it ({_format_gib(available)} GiB per GPU after the weights and the "
-                'overhead), and vLLM refuses to start ("No available memory for the cache '
+        return (f"KV cache: max_model_len {max_model_len}: no memory is left for the KV cache "
+                f"({_format_gib(available)} GiB per GPU after the weights and the "
+                'overhead) ("No available memory for the cache '
                 'blocks. Try increasing `gpu_memory_utilization`")')
     if needed <= available:
         return None
     estimate = estimate_max_model_len(available, max_model_len, needed_bytes)
     estimated = (f" Based on the available memory, the estimated maximum model length is "
                  f"{estimate}." if estimate > 0 else "")
-    return (f'max_model_len {max_model_len} against the KV cache for one request: "To serve '
+    return (f"KV cache: max_model_len {max_model_len} against the KV cache for one request: "
+            f'"To serve '
             f"at least one request with the model's max seq len ({max_model_len}), "
             f"{_format_gib(needed)} GiB KV cache is needed, which is larger than the "
             f'available KV cache memory ({_format_gib(available)} GiB).{estimated}" '
-            f"({needed - available} bytes per GPU short); vLLM refuses to start")
+            f"({_gib(needed - available)}, {needed - available} bytes, per GPU short)")
 
 
 def size_model(config, *, unsized_why=None, repo_id=None, **kwargs):
@@ -1774,8 +1827,11 @@ def _kv_heads(fit):
 
 
 def _verdict_cell(fit):
-    if [r for r in fit.get("refusals") or [] if r != fit.get("kv_refusal")]:
-        return "REFUSED by vLLM (layout)"
+    if not fit.get("sized", True):
+        return "UNSIZED"
+    rules = [refusal_rule(r) for r in fit.get("refusals") or [] if r != fit.get("kv_refusal")]
+    if rules:
+        return f"REFUSED by vLLM ({', '.join(dict.fromkeys(rules))})"
     if fit["gpus_needed"] > fit["gpus_available"]:
         return f"DOES NOT FIT (needs {fit['gpus_needed']} GPUs)"
     margin = fit["margin_bytes_per_gpu"]
@@ -1839,6 +1895,14 @@ ROWS = (
 )
 
 
+TABLE_LEGEND = ((
+    "verdict: fits / DOES NOT FIT (+/-N GiB/GPU): the KV cache memory per GPU left after "
+    "the weights, the overhead and one max_model_len request (negative: that much short "
+    "of one max-length request); REFUSED by vLLM (rules): vLLM 0.32 refuses to start it; "
+    "UNSIZED: no config.json or sizes to fit from"),
+)
+
+
 def render_table(fits, names=None, title=None):
     """Lines of a side-by-side comparison; fits is {name: report} or a list."""
     if isinstance(fits, dict):
@@ -1848,7 +1912,8 @@ def render_table(fits, names=None, title=None):
         reports = list(fits)
         names = list(names or [f"model {i + 1}" for i in range(len(reports))])
     label_width = max(len(label) for label, _unused in ROWS)
-    columns = [[fn(report) for _unused, fn in ROWS] for report in reports]
+    columns = [[fn(report) if report.get("sized", True) or fn is _verdict_cell else "-"
+                for _unused, fn in ROWS] for report in reports]
     widths = [
         max([len(name)] + [len(cell) for cell in col])
         for name, col in zip(names, columns, strict=True)
@@ -1862,13 +1927,26 @@ def render_table(fits, names=None, title=None):
     for i, (label, _unused) in enumerate(ROWS):
         cells = [col[i].ljust(w) for col, w in zip(columns, widths, strict=True)]
         lines.append(" | ".join([label.ljust(label_width), *cells]).rstrip())
+    lines.append("")
+    lines.extend(TABLE_LEGEND)
     for name, report in zip(names, reports, strict=True):
         lines.append("")
+        if not report.get("sized", True):
+            lines.append(f"{name}: UNSIZED: {report['verdict']}")
+            lines.append(f"{name}: ways out: prefill the controller's Hugging Face cache with "
+                         "the model's config.json and run with HF_HUB_OFFLINE=1 "
+                         "(docs/operations.md), or deploy it unsized with "
+                         "vllm_fleet_allow_unsized: true (no preflight fit)")
+            continue
         lines.append(f"{name}: {report['attention']['kind']} because {report['attention']['why']}")
         lines.append(f"{name}: quantization from {report['quantization']['source']}; "
                      f"KV dtype {report['kv_cache_dtype_source']}")
         if report.get("overhead_source"):
             lines.append(f"{name}: overhead {report['overhead_source']}")
-        lines.append(f"{name}: {report['verdict']}")
+        if report["refusals"]:
+            lines.append(f"{name}: vLLM refuses to start it:")
+            lines.extend(f"{name}:   - {r}" for r in report["refusals"])
+        else:
+            lines.append(f"{name}: {report['verdict']}")
         lines.extend(f"{name}: WARNING {w}" for w in report["warnings"])
     return lines

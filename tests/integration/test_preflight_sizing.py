@@ -134,9 +134,9 @@ def test_tp3_on_the_64_heads_of_kimi_k25_is_refused(tmp_path, hub):
     # (its 595 GB over 3 GPUs leave no KV cache either: that refusal comes after, in vLLM's
     # order)
     refused(rc, out, "localhost cannot host kimi_k25_int4:",
-            "vLLM refuses this layout: tensor_parallel_size 3 does not divide "
-            "num_attention_heads 64: vLLM refuses this layout; max_model_len 131072 against the "
-            "KV cache: no memory is left for it")
+            "vLLM refuses to start it: tensor parallel: tensor_parallel_size 3 does not divide "
+            "num_attention_heads 64; KV cache: max_model_len 131072: no memory is left for the "
+            "KV cache")
 
 
 def test_a_site_entry_is_sized_from_its_fetched_config_and_refused_by_its_kv_cache(
@@ -150,8 +150,8 @@ def test_a_site_entry_is_sized_from_its_fetched_config_and_refused_by_its_kv_cac
         "vllm_fleet_catalog_local": {"site_minimax": site_entry(
             "site/minimax-copy", max_model_len=196_608, gpu_memory_utilization=0.92)}})
     refused(rc, out, "localhost cannot host site_minimax:",
-            "vLLM refuses this layout: max_model_len 196608 against the KV cache for one "
-            "request: \"To serve at least one request with the model's max seq len (196608), "
+            "vLLM refuses to start it: KV cache: max_model_len 196608 against the KV cache for "
+            "one request: \"To serve at least one request with the model's max seq len (196608), "
             "23.25 GiB KV cache is needed, which is larger than the available KV cache memory",
             "Based on the available memory, the estimated maximum model length is")
 
@@ -226,8 +226,8 @@ def test_a_fleets_pre_stage_sizes_before_it_downloads(tmp_path, hub):
             "site/minimax-copy", max_model_len=196_608, gpu_memory_utilization=0.92)}},
         play=STAGE_PLAY)
     assert rc == 2, out[-4000:]
-    assert ("localhost does not stage site_minimax: vLLM refuses this layout: max_model_len "
-            "196608 against the KV cache for one request") in out
+    assert ("localhost does not stage site_minimax: vLLM refuses to start it: KV cache: "
+            "max_model_len 196608 against the KV cache for one request") in out
     assert "Start the download on the host" not in out
     assert not (tmp_path / "models").exists()
 
@@ -303,9 +303,30 @@ def test_the_plan_sizes_a_site_entry_through_the_same_lookup(tmp_path, hub):
         "site/minimax-copy", max_model_len=196_608, gpu_memory_utilization=0.92)}},
         "site_minimax,minimax_m25")
     assert rc == 0, out[-4000:]
-    assert ("site_minimax: vLLM refuses this layout: max_model_len 196608 against the KV "
-            "cache") in out
+    # One bullet per refusal, under the model's name; the cell's number explained.
+    assert ("site_minimax: vLLM refuses to start it: site_minimax: - KV cache: max_model_len "
+            "196608 against the KV cache") in out
     assert "DOES NOT FIT (-" in out
+    assert ("(negative: that much short of one max-length request)") in out
+
+
+def test_the_plan_shows_a_model_it_cannot_size_and_goes_on(tmp_path, hub):
+    """Issue 33 (a new user's findings): a site entry whose config.json cannot be read
+    (not on the lab Hub: the lookup reports the Hub's 404) used to stop the plan with no
+    table; it gets an UNSIZED column with the reason, the other model is still sized, and
+    the finding names both ways out (docs/operations.md: prefill the controller's cache
+    and HF_HUB_OFFLINE=1; vllm_fleet_allow_unsized for the deploy)."""
+    rc, out = plan(tmp_path, hub, {"vllm_fleet_catalog_local": {"site_model": site_entry(
+        "site/not-on-the-hub", max_model_len=8192)}}, "minimax_m25,site_model")
+    assert rc == 0, out[-4000:]
+    assert "site_model: UNSIZED: cannot size site/not-on-the-hub at revision main: config.json" \
+        in out
+    assert "HF_HUB_OFFLINE=1" in out
+    assert "vllm_fleet_allow_unsized: true" in out
+    # The other model is still sized (MiniMax's TP8 on the profile's 2 GPUs), and its
+    # column stands beside the UNSIZED one.
+    assert "minimax_m25: does not fit: needs 8 GPUs, has 2" in out, out[-6000:]
+    assert "| DOES NOT FIT (needs 8 GPUs) | UNSIZED" in out
 
 
 def test_the_plan_refuses_what_the_deploys_request_check_refuses(tmp_path, hub):
@@ -317,3 +338,21 @@ def test_the_plan_refuses_what_the_deploys_request_check_refuses(tmp_path, hub):
     assert ("catalog entry minimax_m25: extra_args[0] holds '--host', which vLLM reads as "
             "--host: the product owns it") in out
     assert "Show the candidates side by side" not in out
+
+
+def test_the_entrys_env_reaches_the_fit(tmp_path, hub):
+    """fit.yml passes the entry's env: VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 there lets
+    max_model_len 262,144 past MiniMax-M2.5's max_position_embeddings 196,608 with vLLM's
+    warning (vllm/config/model.py), where without it the plan shows the refusal."""
+    long_len = {"serve": {"max_model_len": 262_144}}
+    rc, out = plan(tmp_path / "refused", hub, {"vllm_fleet_catalog_local": {
+        "minimax_m25": long_len}}, "minimax_m25")
+    assert rc == 0, out[-4000:]
+    assert ("minimax_m25: - max_model_len: 262144 exceeds max_position_embeddings 196608 (to "
+            "allow it, set env VLLM_ALLOW_LONG_MAX_MODEL_LEN") in out, out[-4000:]
+    rc, out = plan(tmp_path / "allowed", hub, {"vllm_fleet_catalog_local": {"minimax_m25": dict(
+        long_len, env={"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"})}}, "minimax_m25")
+    assert rc == 0, out[-4000:]
+    assert ("minimax_m25: WARNING max_model_len 262144 exceeds max_position_embeddings 196608, "
+            "allowed by the entry's env VLLM_ALLOW_LONG_MAX_MODEL_LEN=1") in out, out[-4000:]
+    assert "max_model_len: 262144 exceeds" not in out

@@ -273,10 +273,10 @@ def test_kimi_int4_on_four_gpus_does_not_fit(kimi_int4):
     assert report["fits"] is False
     # vLLM 0.32's _check_enough_kv_cache_memory refuses a budget <= 0 before anything else
     assert report["kv_refusal"] == (
-        "max_model_len 131072 against the KV cache: no memory is left for it (-61.11 GiB per "
-        'GPU after the weights and the overhead), and vLLM refuses to start ("No available '
+        "KV cache: max_model_len 131072: no memory is left for the KV cache (-61.11 GiB per "
+        'GPU after the weights and the overhead) ("No available '
         'memory for the cache blocks. Try increasing `gpu_memory_utilization`")')
-    assert report["verdict"] == "vLLM refuses this layout: " + report["kv_refusal"]
+    assert report["verdict"] == "vLLM refuses to start it: " + report["kv_refusal"]
 
 
 def test_too_few_gpus(minimax):
@@ -395,18 +395,25 @@ def test_tp3_on_64_heads_is_refused_before_the_outage():
                           gpu=dict(RTX_PRO_6000, count=8), weight_bytes=235_000_000_000)
     assert report["margin_bytes_per_gpu"] > 0  # memory alone would fit
     assert report["refusals"] == [
-        "tensor_parallel_size 3 does not divide num_attention_heads 64: vLLM refuses this layout",
-        ("tensor_parallel_size 3 neither divides nor is a multiple of the 4 KV heads: vLLM "
-         "cannot shard or replicate them evenly and refuses this")]
+        "tensor parallel: tensor_parallel_size 3 does not divide num_attention_heads 64",
+        ("tensor parallel: tensor_parallel_size 3 neither divides nor is a multiple of the 4 "
+         "KV heads, so they cannot be sharded or replicated evenly")]
     assert report["fits"] is False
-    assert report["verdict"].startswith("vLLM refuses this layout: tensor_parallel_size 3 ")
-    assert "REFUSED by vLLM (layout)" in "\n".join(mf.render_table({"qwen": report}))
+    assert report["verdict"] == ("vLLM refuses to start it: " + "; ".join(report["refusals"]))
+    lines = mf.render_table({"qwen": report})
+    # The verdict cell names the rule, once; the findings give one bullet per refusal.
+    assert [line for line in lines if line.startswith("verdict ")] == [
+        "verdict                 | REFUSED by vLLM (tensor parallel)"]
+    assert [line for line in lines if line.startswith("qwen:   - ")] == [
+        f"qwen:   - {r}" for r in report["refusals"]]
+    assert "qwen: vLLM refuses to start it:" in lines
 
 
 def test_max_model_len_beyond_the_models_positions_is_refused(minimax):
     report = mf.model_fit(minimax, serve={"tensor_parallel_size": 4, "enable_expert_parallel": True,
                                           "max_model_len": 1_000_000},
                           gpu=dict(RTX_PRO_6000, count=8), weight_bytes=230_000_000_000)
-    assert any(r.startswith("max_model_len 1000000 exceeds max_position_embeddings ")
-               and r.endswith(": vLLM refuses it") for r in report["refusals"])
+    assert ("max_model_len: 1000000 exceeds max_position_embeddings 196608 (to allow it, set "
+            'env VLLM_ALLOW_LONG_MAX_MODEL_LEN: "1" in the entry, which vLLM warns is unsafe '
+            "past the positions the model was trained on)") in report["refusals"]
     assert report["fits"] is False

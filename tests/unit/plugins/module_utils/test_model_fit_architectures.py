@@ -73,17 +73,19 @@ def test_dcp8_splits_the_kimi_latent_instead_of_replicating_it():
 def test_dcp_layouts_vllm_refuses_are_refused():
     kimi = config("moonshotai--Kimi-K2.5.config.json")
     report = fit(kimi, dict(KIMI_FP8_TP8, decode_context_parallel_size=3), 595_000_000_000)
-    assert any(w.startswith("decode_context_parallel_size 3 does not divide "
-                            "tensor_parallel_size 8") for w in report["refusals"])
+    assert any(w.startswith("decode context parallel: decode_context_parallel_size 3 does not "
+                            "divide tensor_parallel_size 8") for w in report["refusals"])
     assert report["fits"] is False
-    assert report["verdict"].startswith("vLLM refuses this layout: decode_context_parallel_size 3")
+    assert report["verdict"].startswith("vLLM refuses to start it: decode context parallel: "
+                                        "decode_context_parallel_size 3")
     minimax = config("MiniMaxAI--MiniMax-M2.5.config.json")
     serve = {"tensor_parallel_size": 8, "enable_expert_parallel": True,
              "decode_context_parallel_size": 2, "max_model_len": 8192}
     # 8 KV heads on 8 ranks: one copy of each, nothing for DCP to share
     report = fit(minimax, serve, 230_000_000_000)
-    assert any(w.startswith("decode_context_parallel_size 2 exceeds the 1 tensor-parallel "
-                            "copies of each of the 8 KV heads") for w in report["refusals"])
+    assert any(w.startswith("decode context parallel: decode_context_parallel_size 2 exceeds "
+                            "the 1 tensor-parallel copies of each of the 8 KV heads")
+               for w in report["refusals"])
     # 4 KV heads on 8 ranks (Qwen3-235B shape): two copies each, DCP2 shares them
     qwen = {"num_hidden_layers": 94, "num_attention_heads": 64, "num_key_value_heads": 4,
             "head_dim": 128, "max_position_embeddings": 262_144}

@@ -140,6 +140,16 @@ def test_the_bench_prints_the_table_and_passes_its_check(tmp_path):
     assert sum("held_apart" in line for line in rows) == 5
     assert lines[-1] == ("11 logs (5 held apart), 11 within their bound (3 % unless stated); "
                          "largest error: kimi-k25-rtx-pro-6000-tp8-fp8kv")
+    # Issue 33 (a new user's findings): the sign convention and the held-apart logs' own
+    # count (llava -0.12 %, kimi DCP8 +2.13 % within 3 %; GLM-5.1, Kimi-K2.5, Qwen3-235B
+    # not), the DCP8 row named as sharing the derived-from TP8 row's source.
+    assert lines[-4].startswith("legend: err % = (predicted - logged) / logged: + means the "
+                                "fit promises more than vLLM found (the unsafe side")
+    assert lines[-3] == (
+        "held apart: 2 of 5 within 3 % (1 independent: kimi-k2-thinking-h200-tp8-dcp8-v0.11 "
+        "shares kimi-k2-thinking-h200-tp8-v0.11's source: the same recipe section and the "
+        "same 46.80 GiB available; only DCP8's token count differs)")
+    assert lines[-2] == "derived from: 6 of 6 within 3 %"
 
 
 def test_the_check_fails_when_a_row_is_past_its_bound(monkeypatch, capsys, tmp_path):

@@ -72,8 +72,8 @@ def test_head_split_checks_apply_across_hosts():
                  {"tensor_parallel_size": 32, "max_model_len": 8192}, nodes=4,
                  weight_bytes=230_000_000_000)
     assert report["gpus_needed"] == 8
-    assert ("tensor_parallel_size 32 does not divide num_attention_heads 48: vLLM refuses this "
-            "layout") in report["refusals"]
+    assert ("tensor parallel: tensor_parallel_size 32 does not divide num_attention_heads "
+            "48") in report["refusals"]
 
 
 @pytest.mark.parametrize("nodes", [3, 0, "two"])

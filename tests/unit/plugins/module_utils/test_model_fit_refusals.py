@@ -48,11 +48,12 @@ def test_max_model_len_beyond_the_kv_cache_says_it_as_vllm_does(minimax):
     # (binary search of estimate_max_model_len): 8e9 // 1,015,808 B per block = 7,875
     # blocks = 126,000 tokens.
     assert report["kv_refusal"] == (
-        'max_model_len 196608 against the KV cache for one request: "To serve at least one '
+        "KV cache: max_model_len 196608 against the KV cache for one request: "
+        '"To serve at least one '
         "request with the model's max seq len (196608), 11.62 GiB KV cache is needed, which is "
         "larger than the available KV cache memory (7.45 GiB). Based on the available memory, "
-        'the estimated maximum model length is 126000." (4482248704 bytes per GPU short); '
-        "vLLM refuses to start")
+        'the estimated maximum model length is 126000." (4.17 GiB, 4482248704 bytes, per GPU '
+        "short)")
     assert report["refusals"] == [report["kv_refusal"]]
     assert report["fits"] is False
     # The estimate is the longest length that fits: it fits, one token more does not.
@@ -62,7 +63,8 @@ def test_max_model_len_beyond_the_kv_cache_says_it_as_vllm_does(minimax):
     above = mf.model_fit(minimax, serve=dict(MINIMAX_TP4, max_model_len=126_001),
                          gpu=RTX_PRO_6000, weight_bytes=230_000_000_000,
                          overhead_bytes_per_gpu=OVERHEAD_FOR_8E9)
-    assert above["kv_refusal"].startswith("max_model_len 126001 against the KV cache")
+    assert above["kv_refusal"].startswith(
+        "KV cache: max_model_len 126001 against the KV cache")
     # The plan's table keeps telling memory from layout.
     assert "DOES NOT FIT (-4.17 GiB/GPU)" in "\n".join(mf.render_table({"m": report}))
 
@@ -117,10 +119,10 @@ def test_a_quantization_below_its_minimum_capability_is_refused(
     have = int(below.replace(".", ""))
     quant = refused["quantization"]
     assert refused["refusals"] == [
-        (f"quantization {method} ({quant['scheme']}) needs compute capability "
+        (f"quantization: {method} ({quant['scheme']}) needs compute capability "
          f"{need // 10}.{need % 10} or newer ({mf.QUANT_MIN_CAPABILITY[method][1]}"
          f".get_min_capability() = {need}, vLLM 0.32 {mf.QUANT_MIN_CAPABILITY[method][2]}); "
-         f'the GPUs are {below} ({have}): vLLM refuses it ("The quantization method {method} '
+         f'the GPUs are {below} ({have}) ("The quantization method {method} '
          f"is not supported for the current GPU. Minimum capability: {need}. Current "
          f'capability: {have}.")')]
     assert refused["fits"] is False
@@ -136,7 +138,7 @@ def test_mxfp4_needs_ampere(minimax):
     gpu = dict(RTX_PRO_6000, compute_capability="7.5")
     report = mf.model_fit(cfg, serve=serve, gpu=gpu, weight_bytes=10**9)
     assert [r[:60] for r in report["refusals"]] == [
-        "quantization mxfp4 (MXFP4 (e2m1, group 32)) needs compute ca"]
+        "quantization: mxfp4 (MXFP4 (e2m1, group 32)) needs compute c"]
     assert "Minimum capability: 80. Current capability: 75." in report["refusals"][0]
 
 
@@ -158,8 +160,8 @@ def test_an_uneven_split_with_eplb_is_refused(minimax):
     report = mf.model_fit(minimax, serve=dict(EP6, enable_eplb=True), gpu=RTX_PRO_6000,
                           weight_bytes=10**9)
     assert report["refusals"] == [
-        ("enable_eplb with 256 experts (256 + 0 redundant) over 6 expert-parallel ranks: "
-         "256 % 6 = 4, and vLLM's EPLB refuses an uneven split (\"EPLB currently only supports "
+        ("EPLB: enable_eplb with 256 experts (256 + 0 redundant) over 6 expert-parallel "
+         'ranks: 256 % 6 = 4, an uneven split ("EPLB currently only supports '
          'even distribution of experts across ranks", model_executor/layers/fused_moe/layer.py)')]
     assert report["fits"] is False
     assert not any("do not split evenly" in w for w in report["warnings"])
@@ -177,13 +179,42 @@ def test_redundant_experts_can_even_the_split(minimax):
 
 @pytest.mark.parametrize(("serve", "refusal"), [
     ({"tensor_parallel_size": 4, "enable_eplb": True, "max_model_len": 8192},
-     ('enable_eplb without enable_expert_parallel: vLLM refuses it ("enable_expert_parallel '
+     ('EPLB: enable_eplb without enable_expert_parallel ("enable_expert_parallel '
      'must be True to use EPLB", config/parallel.py)')),
     ({"tensor_parallel_size": 4, "enable_expert_parallel": True, "max_model_len": 8192,
       "eplb_config": {"num_redundant_experts": 4}},
-     ("eplb_config.num_redundant_experts 4 without enable_eplb: vLLM refuses redundant experts "
-     "unless EPLB is on (config/parallel.py)")),
+     ("EPLB: eplb_config.num_redundant_experts 4 without enable_eplb (redundant experts need "
+     "EPLB on, config/parallel.py)")),
 ])
 def test_eplb_settings_vllm_refuses(minimax, serve, refusal):
     report = mf.model_fit(minimax, serve=serve, gpu=RTX_PRO_6000, weight_bytes=10**9)
     assert report["refusals"] == [refusal]
+
+
+@pytest.mark.parametrize("allow", ["1", "true", "True "])
+def test_vllm_allow_long_max_model_len_in_the_entrys_env_is_a_warning(minimax, allow):
+    """Issue 33, a new user's finding: vLLM 0.32 lets max_model_len past the derived
+    maximum when VLLM_ALLOW_LONG_MAX_MODEL_LEN is 1 or true (vllm/envs.py: .strip().lower()
+    in ("1", "true")) and then warns (vllm/config/model.py, _get_and_verify_max_len:
+    logger.warning_once with this text); the fit refused it whatever the entry's env."""
+    serve = dict(MINIMAX_TP4, max_model_len=262_144)
+    refused = mf.model_fit(minimax, serve=serve, gpu=RTX_PRO_6000, weight_bytes=10**9)
+    assert refused["refusals"][0] == (
+        "max_model_len: 262144 exceeds max_position_embeddings 196608 (to allow it, set env "
+        'VLLM_ALLOW_LONG_MAX_MODEL_LEN: "1" in the entry, which vLLM warns is unsafe past the '
+        "positions the model was trained on)")
+    allowed = mf.model_fit(minimax, serve=serve, gpu=RTX_PRO_6000, weight_bytes=10**9,
+                           env={"VLLM_ALLOW_LONG_MAX_MODEL_LEN": allow})
+    assert not any(r.startswith("max_model_len:") for r in allowed["refusals"])
+    assert allowed["max_model_len"] == 262_144
+    assert [w for w in allowed["warnings"] if "max_position_embeddings" in w] == [(
+        f"max_model_len 262144 exceeds max_position_embeddings 196608, allowed by the entry's "
+        f'env VLLM_ALLOW_LONG_MAX_MODEL_LEN={allow}; vLLM warns: "VLLM_ALLOW_LONG_MAX_MODEL_LEN '
+        "must be used with extreme caution. If the model uses relative position encoding "
+        "(RoPE), positions exceeding derived_max_model_len lead to nan. If the model uses "
+        "absolute position encoding, positions exceeding derived_max_model_len will cause a "
+        'CUDA array out-of-bounds error."')]
+    # "0" (vLLM's default) keeps the refusal.
+    kept = mf.model_fit(minimax, serve=serve, gpu=RTX_PRO_6000, weight_bytes=10**9,
+                        env={"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "0"})
+    assert kept["refusals"][0] == refused["refusals"][0]

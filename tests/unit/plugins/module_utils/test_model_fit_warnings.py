@@ -105,16 +105,16 @@ def test_nvfp4_moe_with_expert_parallel_on_sm12x(gpu, ep, warned):
 ])
 def test_pure_tp8_minimax_fp8_is_known_to_fail(minimax, serve, warned):
     report = fit(minimax, dict(serve, max_model_len=8192))
-    found = [w for w in report["refusals"] if w.startswith("known to fail")]
+    found = [w for w in report["refusals"] if w.startswith("FP8 block split: known to fail")]
     assert report["fits"] is not warned
     assert bool(found) is warned
     if warned:
         # intermediate_size 1536 / 8 = 192, and 192 % 128 = 64
         assert found == [
-            ("known to fail: FP8 block 128 weights with tensor parallel 8 and no expert "
-             "parallel: the expert width 1536 / 8 = 192 is not a multiple of 128, and vLLM "
-             "refuses the split (vllm-project/recipes MiniMax-M2.5: pure TP8 fails); enable "
-             "expert parallel or use a smaller TP")]
+            ("FP8 block split: known to fail: FP8 block 128 weights with tensor parallel 8 and "
+             "no expert parallel: the expert width 1536 / 8 = 192 is not a multiple of 128, so "
+             "the weights cannot be split (vllm-project/recipes MiniMax-M2.5: pure TP8 fails); "
+             "enable expert parallel or use a smaller TP")]
 
 
 # --- Pinning -------------------------------------------------------------------------------
@@ -147,8 +147,25 @@ def test_kv_budget_equal_to_one_request_fits(minimax):
     assert report["margin_bytes_per_gpu"] == 0
     assert report["fits"] is True
     assert report["max_len_requests_at_once"] == 1
-    assert report["verdict"] == ("fits: 1 max-length request(s) at once, 0 bytes per GPU to "
-                                 "spare after one")
+    assert report["verdict"] == ("fits: 1 max-length request(s) at once, 0.00 GiB (0 bytes) "
+                                 "per GPU to spare after one")
+    # Less to spare than the fit's known error (2 % of memory.total = 0.02 x 102,641,958,912 B =
+    # 2,052,839,178 B = 1.91 GiB; bench/fit.py's largest over-promise is 1.6 %).
+    assert [w for w in report["warnings"] if w.startswith("thin margin")] == [(
+        "thin margin: 0.00 GiB per GPU to spare after one max-length request is less than the "
+        "fit's known error (2 % of memory.total, 1.91 GiB: bench/fit.py's largest "
+        "over-promise is 1.6 %), so the start may still fail vLLM's KV cache check; leave at "
+        "least 1.91 GiB per GPU (a lower max_model_len or a higher gpu_memory_utilization)")]
+
+
+def test_a_margin_of_the_fits_error_is_not_thin(minimax):
+    """At exactly 2 % of memory.total to spare (2,052,839,178 B) no warning; a byte less
+    warns."""
+    at = fit(minimax, MINIMAX_TP4, overhead_bytes_per_gpu=EXACT_OVERHEAD - 2_052_839_178)
+    assert at["margin_bytes_per_gpu"] == 2_052_839_178
+    assert not any(w.startswith("thin margin") for w in at["warnings"])
+    below = fit(minimax, MINIMAX_TP4, overhead_bytes_per_gpu=EXACT_OVERHEAD - 2_052_839_177)
+    assert any(w.startswith("thin margin: 1.91 GiB per GPU") for w in below["warnings"])
 
 
 def test_one_byte_short_does_not_fit(minimax):
@@ -160,11 +177,12 @@ def test_one_byte_short_does_not_fit(minimax):
     # its words; its estimate: one 16-token block less, 196,592 tokens (12,287 blocks)
     assert report["refusals"] == [report["kv_refusal"]]
     assert report["verdict"] == (
-        "vLLM refuses this layout: max_model_len 196608 against the KV cache for one request: "
+        "vLLM refuses to start it: KV cache: max_model_len 196608 against the KV cache for one "
+        "request: "
         "\"To serve at least one request with the model's max seq len (196608), 11.62 GiB KV "
         "cache is needed, which is larger than the available KV cache memory (11.62 GiB). Based "
-        'on the available memory, the estimated maximum model length is 196592." (1 bytes per '
-        "GPU short); vLLM refuses to start")
+        'on the available memory, the estimated maximum model length is 196592." (0.00 GiB, 1 '
+        "bytes, per GPU short)")
 
 
 def test_gpus_equal_to_need_is_enough(minimax):
@@ -184,3 +202,12 @@ def test_max_concurrency_counts_data_parallel_replicas(minimax):
     assert (one["max_len_requests_at_once"], one["max_concurrency"]) == (2, 2.18)
     # two replicas, each with its own KV cache: 4 requests, 26,770 / 12,288 x 2 = 4.36x
     assert (two["max_len_requests_at_once"], two["max_concurrency"]) == (4, 4.36)
+
+
+def test_allowed_media_domains_changes_no_memory(minimax):
+    """The catalog's Kimi entries set serve.allowed_media_domains
+    (roles/vllm_model/defaults/main/catalog.yml); vLLM checks each media URL against it at
+    request time (vllm/multimodal/media/connector.py), so it is no "not understood" noise."""
+    report = fit(minimax, dict(MINIMAX_TP4, allowed_media_domains=["media.invalid"]))
+    assert report["not_understood"] == []
+    assert not any("allowed_media_domains" in w for w in report["warnings"])
