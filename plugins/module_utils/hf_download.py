@@ -459,10 +459,18 @@ def describe_hub_error(hub, exc, repo_id, revision, endpoint):
             str(exc).splitlines()[-1],
         )
     first = _first_line(exc)
-    return "Hub request for %s@%s at %s failed (HTTP %s): %s" % (
+    at = " at %s" % endpoint if endpoint else ""
+    if status is None:  # no HTTP answer at all: the network error is the news
+        return "Hub request for %s@%s%s failed with no HTTP answer (network error): %s" % (
+            repo_id,
+            revision,
+            at,
+            first,
+        )
+    return "Hub request for %s@%s%s failed (HTTP %s): %s" % (
         repo_id,
         revision,
-        where,
+        at,
         status,
         first,
     )
@@ -558,6 +566,7 @@ class HfDownloader(object):
     def resolve(self):
         """(commit sha, [RemoteFile]) for the revision, filtered by the patterns."""
         api = self._api()
+        started = time.monotonic()
         try:
             info = self._with_retries(lambda: api.model_info(self.repo_id, revision=self.revision))
             sha = info.sha or ""
@@ -572,7 +581,16 @@ class HfDownloader(object):
             if isinstance(e, self.hub.errors.HfHubHTTPError) or _is_transient(self.hub, e):
                 raise DownloadError(
                     describe_hub_error(self.hub, e, self.repo_id, self.revision, self.endpoint)
-                    + ("; nothing on disk was trusted" if _is_transient(self.hub, e) else "")
+                    + (
+                        "; nothing on disk was trusted (%d retr%s, %.0f s)"
+                        % (
+                            self.retries_used,
+                            "y" if self.retries_used == 1 else "ies",
+                            time.monotonic() - started,
+                        )
+                        if _is_transient(self.hub, e)
+                        else ""
+                    )
                 ) from e
             raise
         if not _SHA_RE.match(sha):

@@ -356,3 +356,38 @@ def test_the_entrys_env_reaches_the_fit(tmp_path, hub):
     assert ("minimax_m25: WARNING max_model_len 262144 exceeds max_position_embeddings 196608, "
             "allowed by the entry's env VLLM_ALLOW_LONG_MAX_MODEL_LEN=1") in out, out[-4000:]
     assert "max_model_len: 262144 exceeds" not in out
+
+
+OFFLINE = "http://127.0.0.1:9"  # a closed loopback port: every Hub request is refused
+
+
+@pytest.mark.parametrize("check", [True, False])
+def test_an_offline_hub_is_one_finding_of_the_report(tmp_path, check):
+    """Issue 33 (a new user's preflight offline): with the host's tools virtualenv present
+    (this virtualenv: huggingface_hub), the disk check asks the Hub for the file list; the
+    Hub does not answer. That is one line of the "cannot host" report, beside the sizing's
+    own (config.json unreadable: set vllm_fleet_allow_unsized), worded as a network error
+    (no "HTTP None", no "at the Hub" twice) with its bounded retries and their time. In
+    check mode the plan goes on; outside it the report fails before anything changes."""
+    rc, out = preflight(tmp_path, OFFLINE, {
+        "model": "site_model", "model_download_tools_venv": sys.prefix,
+        "model_download_retries": 1,
+        "vllm_fleet_catalog_local": {
+            "site_model": site_entry("Qwen/Qwen3-8B", max_model_len=8192)}},
+        args=("--check",) if check else ())
+    assert "HTTP None" not in out, out[-4000:]
+    assert "at the Hub failed" not in out, out[-4000:]
+    head = "PREFLIGHT would fail: localhost cannot host site_model:" if check else \
+        "localhost cannot host site_model:"
+    assert head in out, out[-4000:]
+    assert ("cannot check the disk (what is still to download): Hub request for Qwen/Qwen3-8B@main "
+            f"at {OFFLINE} failed with no HTTP answer (network error):") in out, out[-4000:]
+    assert "nothing on disk was trusted (1 retry, " in out, out[-4000:]
+    assert ("cannot size Qwen/Qwen3-8B at revision main: config.json of Qwen/Qwen3-8B at revision "
+            f"main could not be read from {OFFLINE}") in out, out[-4000:]
+    assert "set vllm_fleet_allow_unsized: true to deploy it unsized" in out
+    if check:
+        assert rc == 0, out[-4000:]
+        assert PASSED in out
+    else:
+        refused(rc, out)
