@@ -49,9 +49,9 @@ else
   echo "present"
 fi
 
-step "Debian packages the tests run for real (nginx: the front door tests; haproxy: the balancer test; shellcheck: sanity; nft: the replica firewall check)"
+step "Debian packages the tests run for real (nginx: the front door tests; haproxy: the balancer test; shellcheck: sanity; nft: the replica firewall check; exFAT through FUSE: a models volume without hard links)"
 has() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ]; }
-if ! has shellcheck || ! has nginx || ! has haproxy || ! has nft; then
+if ! has shellcheck || ! has nginx || ! has haproxy || ! has nft || ! has mkfs.exfat || ! has mount.exfat-fuse; then
   # Installed, not started: the tests start their own nginx and haproxy on
   # free ports, and an nginx on this machine's port 80 would take the lab
   # containers' (they share its network namespace). policy-rc.d keeps the
@@ -62,7 +62,7 @@ if ! has shellcheck || ! has nginx || ! has haproxy || ! has nft; then
   made_policy=0
   if [ ! -e "$policy" ]; then printf '#!/bin/sh\nexit 101\n' >"$policy"; chmod 755 "$policy"; made_policy=1; fi
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nginx haproxy shellcheck nftables >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nginx haproxy shellcheck nftables exfat-fuse exfatprogs >/dev/null
   [ "$made_policy" = 1 ] && rm -f "$policy"
 fi
 echo "nginx: $(/usr/sbin/nginx -v 2>&1)"

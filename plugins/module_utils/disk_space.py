@@ -29,8 +29,10 @@ def free_bytes(path, statvfs=os.statvfs):
     return st.f_bavail * st.f_frsize
 
 
-def check_space(path, need_bytes, margin_bytes=0, margin_ratio=0.0, statvfs=os.statvfs):
-    """Compare what is needed (plus margin) with what is free.
+def check_space(path, need_bytes, margin_bytes=0, margin_ratio=0.0, statvfs=os.statvfs,
+                freed_bytes=0):
+    """Compare what is needed (plus margin) with what is free (plus `freed_bytes`: what the
+    run removes before it writes, orphaned partial files).
 
     Returns a dict with need/margin/required/free in bytes, `fits`, and a
     message that names need, free and path in bytes and GiB.
@@ -39,13 +41,16 @@ def check_space(path, need_bytes, margin_bytes=0, margin_ratio=0.0, statvfs=os.s
         raise ValueError(f"need_bytes must be >= 0, got {need_bytes}")
     margin = int(margin_bytes + margin_ratio * need_bytes)
     required = int(need_bytes) + margin
-    free = free_bytes(path, statvfs)
+    free_now = free_bytes(path, statvfs)
+    free = free_now + int(freed_bytes)
     fits = free >= required
     where = existing_parent(path)
+    freed = (f" = {gib(free_now)} GiB now + {gib(freed_bytes)} GiB of orphaned partial "
+             f"files removed first" if freed_bytes else "")
     msg = (
         f"{'enough' if fits else 'not enough'} disk space on {where} for {path}: "
         f"need {required} bytes ({gib(required)} GiB = {gib(need_bytes)} GiB + margin "
-        f"{gib(margin)} GiB), free {free} bytes ({gib(free)} GiB)"
+        f"{gib(margin)} GiB), free {free} bytes ({gib(free)} GiB{freed})"
     )
     if not fits:
         msg += f"; short by {required - free} bytes ({gib(required - free)} GiB)"
@@ -72,8 +77,10 @@ def same_filesystem(a, b):
         return False
 
 
-def check(path, need_bytes, margin_bytes=0, statvfs=os.statvfs):
-    """check_space() in the shape hf_download uses: need_bytes includes the margin, `ok`."""
-    result = check_space(path, need_bytes, margin_bytes=margin_bytes, statvfs=statvfs)
+def check(path, need_bytes, margin_bytes=0, statvfs=os.statvfs, freed_bytes=0):
+    """check_space() in the shape hf_download uses: need_bytes includes the margin, `ok`;
+    free_bytes counts `freed_bytes` (removed before the first byte is written)."""
+    result = check_space(path, need_bytes, margin_bytes=margin_bytes, statvfs=statvfs,
+                         freed_bytes=freed_bytes)
     return {"path": path, "need_bytes": result["required_bytes"],
             "free_bytes": result["free_bytes"], "ok": result["fits"], "msg": result["msg"]}

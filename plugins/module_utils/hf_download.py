@@ -22,13 +22,20 @@ transfer and the retry policy:
   size and mtime, so a later run trusts them without re-hashing unless
   ``reverify`` is set;
 - one lock per model directory (fcntl.flock): a second run waits for the
-  first and then finds the files verified;
-- orphaned ``*.incomplete`` files of huggingface_hub are removed;
+  first and then finds the files verified; on a volume shared by hosts
+  (``shared_volume``) or one without flock, a lease file as well, which holds
+  across hosts (module_utils/models_volume.py);
+- orphaned partial files are counted in the disk plan and removed before the
+  fetch: huggingface_hub's ``*.incomplete`` files, our partials no file of this
+  revision resumes, and the partials of other revisions unless
+  ``keep_revisions`` names them (another catalog entry pins them);
 - with ``snapshots=True`` each commit gets its own folder,
   ``<local_dir>/snapshots/<commit sha>/`` (the Hub cache's idea), so the files
   of two revisions never mix: a file the new commit shares with a verified
   older one (same hash and size, from another snapshot's manifest or from the
-  flat layout of earlier versions) is hard-linked instead of fetched again.
+  flat layout of earlier versions) is hard-linked instead of fetched again;
+  where the volume has no hard links it is copied (and verified), and the
+  disk plan counts the copy.
 
 Runs on the target under a virtualenv interpreter that has huggingface_hub;
 the import is lazy so the module can fail with a clear message without it.
@@ -49,12 +56,14 @@ import sys
 import threading
 import time
 
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import disk_space
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils import disk_space, models_volume
 
 MANIFEST_NAME = ".vllm-fleet-manifest.json"
 STATE_DIR = os.path.join(".cache", "vllm-fleet")
 PARTIAL_DIR = os.path.join(STATE_DIR, "partial")
 LOCK_NAME = os.path.join(STATE_DIR, "lock")
+LEASE_NAME = os.path.join(STATE_DIR, models_volume.LEASE_NAME)
+VOLUME_STATE = os.path.join(STATE_DIR, "volume.json")
 CHUNK = 1024 * 1024
 MANIFEST_VERSION = 1
 SNAPSHOTS_DIR = "snapshots"
@@ -193,10 +202,26 @@ def trusted_by_manifest(manifest, revision, rf, local):
     return unchanged_since(entry, local)
 
 
-def find_orphans(local_dir, hf_cache_repo_dir, wanted_partials):
-    """huggingface_hub's *.incomplete files and our partials no current file will resume."""
+def find_orphans(local_dir, hf_cache_repo_dir, wanted_partials, base_dir=None, keep_revisions=()):
+    """Partial files nothing will resume: huggingface_hub's *.incomplete files (its own
+    local-dir and cache layouts) and our partials that no file of this revision resumes.
+
+    With `base_dir` (the snapshots layout) every folder of the repo is looked at: the flat
+    folder of earlier versions and each commit's snapshot, whose partials are orphans unless
+    its commit is in `keep_revisions` (another catalog entry pins it: its download resumes
+    them)."""
+    folders = [local_dir]
+    if base_dir and os.path.abspath(base_dir) != os.path.abspath(local_dir):
+        folders.append(base_dir)
+        snaps = os.path.join(base_dir, SNAPSHOTS_DIR)
+        with contextlib.suppress(OSError):
+            folders.extend(
+                os.path.join(snaps, d) for d in sorted(os.listdir(snaps))
+                if d not in set(keep_revisions or ())
+                and os.path.abspath(os.path.join(snaps, d)) != os.path.abspath(local_dir)
+            )
     found = []
-    roots = [os.path.join(local_dir, ".cache", "huggingface")]
+    roots = [os.path.join(folder, ".cache", "huggingface") for folder in folders]
     if hf_cache_repo_dir:
         roots.append(os.path.join(hf_cache_repo_dir, "blobs"))
     for root in roots:
@@ -204,12 +229,13 @@ def find_orphans(local_dir, hf_cache_repo_dir, wanted_partials):
             found.extend(
                 os.path.join(dirpath, name) for name in files if name.endswith(".incomplete")
             )
-    for dirpath, _dirs, files in os.walk(os.path.join(local_dir, PARTIAL_DIR)):
-        for name in files:
-            path = os.path.join(dirpath, name)
-            if path not in wanted_partials:
-                found.append(path)
-    return sorted(found)
+    for folder in folders:
+        for dirpath, _dirs, files in os.walk(os.path.join(folder, PARTIAL_DIR)):
+            for name in files:
+                path = os.path.join(dirpath, name)
+                if path not in wanted_partials:
+                    found.append(path)
+    return sorted(set(found))
 
 
 def snapshot_dir(base_dir, sha):
@@ -255,7 +281,7 @@ def file_size(path):
 
 
 @contextlib.contextmanager
-def model_lock(local_dir, wait=True):
+def model_lock(local_dir, wait=True, flock=fcntl.flock):
     """Exclusive flock on <local_dir>/.cache/vllm-fleet/lock; yields seconds waited."""
     path = os.path.join(local_dir, LOCK_NAME)
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -263,11 +289,11 @@ def model_lock(local_dir, wait=True):
     t0 = time.monotonic()
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
             if e.errno not in (errno.EAGAIN, errno.EACCES) or not wait:
                 raise
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            flock(fd, fcntl.LOCK_EX)
         os.ftruncate(fd, 0)
         os.write(fd, ("%d\n" % os.getpid()).encode())
         yield time.monotonic() - t0
@@ -508,6 +534,12 @@ class HfDownloader(object):
         hub_venv=None,
         size_hint=None,
         snapshots=False,
+        shared_volume=False,
+        lease_s=60.0,
+        keep_revisions=None,
+        flock=fcntl.flock,
+        link=os.link,
+        mounts=None,
     ):
         self.repo_id = repo_id
         self.local_dir = os.path.abspath(local_dir)
@@ -515,6 +547,16 @@ class HfDownloader(object):
         # base/snapshots/<sha> (set once the revision is resolved).
         self.base_dir = self.local_dir
         self.snapshots = snapshots
+        # The volume: shared by hosts (a lease file too), keep_revisions' partials kept;
+        # flock, link and mounts are the system's (tests replace them where the lab's one
+        # kernel cannot show a host-local lock or a filesystem without links).
+        self.shared_volume = bool(shared_volume)
+        self.lease_s = float(lease_s)
+        self.keep_revisions = list(keep_revisions or [])
+        self.flock = flock
+        self.link = link
+        self.mounts = mounts
+        self.volume = None
         self.revision = revision or "main"
         self.allow_patterns = allow_patterns or None
         self.ignore_patterns = ignore_patterns or None
@@ -805,14 +847,23 @@ class HfDownloader(object):
         for attempt in range(2):
             written, actual, part = self._fetch_to_partial(session, sha, rf, progress)
             total_written += written
-            if actual == rf.expected and file_size(part) == rf.size:
+            got = file_size(part)
+            if actual == rf.expected and got == rf.size:
                 os.makedirs(os.path.dirname(dest), exist_ok=True)
-                os.replace(part, dest)
+                try:
+                    os.replace(part, dest)
+                except FileNotFoundError as e:
+                    raise DownloadError(self._other_writer(rf, part, "was moved away")) from e
                 progress.file_done()
                 return total_written, attempt
-            os.remove(part)
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(part)
             progress.add(-rf.size)
             if attempt == 1:
+                if got != rf.size:
+                    raise DownloadError(self._other_writer(
+                        rf, part, "is %d bytes, the Hub lists %d (the %s of what this run "
+                        "wrote is %s)" % (got, rf.size, rf.algorithm, actual)))
                 raise DownloadError(
                     "%s failed verification twice: %s %s expected, got %s (size %d)"
                     % (rf.path, rf.algorithm, rf.expected, actual, rf.size)
@@ -830,14 +881,122 @@ class HfDownloader(object):
             if self.check_mode and self.size_hint is not None:
                 return self.estimate(t0, e.msg)
             raise
+        self.volume = self.read_volume()
         if self.check_mode:  # read-only: no folder, no lock file
             return self._run_locked(t0, waited=0.0)
         try:
             os.makedirs(self.local_dir, exist_ok=True)
         except OSError as e:
             raise DownloadError("cannot create local_dir %s: %s" % (self.local_dir, e)) from e
-        with model_lock(self.local_dir) as waited:
+        with self._locks() as waited:
             return self._run_locked(t0, waited)
+
+    # -- the volume ---------------------------------------------------------------
+    def read_volume(self):
+        """What the models volume gives: its mount, flock (probed, read-only) and how far it
+        holds, hard links (known from the filesystem or from an earlier run here)."""
+        mounts = self.mounts if self.mounts is not None else models_volume.read_mounts()
+        mount = models_volume.mount_for(disk_space.existing_parent(self.base_dir), mounts)
+        flock_error = models_volume.probe_flock(self.base_dir, self.flock)
+        scope, why = models_volume.lock_scope(mount)
+        if flock_error:
+            scope, why = "none", "flock on %s answers %s" % (
+                mount["mount_point"] if mount else self.base_dir, flock_error)
+        recorded = {}
+        with contextlib.suppress(OSError, ValueError), open(
+                os.path.join(self.base_dir, VOLUME_STATE)) as f:
+            recorded = json.load(f)
+        links = recorded.get("hard_links")
+        links_from = "tried here" if links is not None else "filesystem type"
+        if links is None:
+            links = models_volume.hard_links(mount)
+        locks = (["flock"] if not flock_error else []) + (
+            ["lease"] if self.shared_volume or flock_error else [])
+        notes = []
+        if flock_error:
+            notes.append("no flock on this volume (%s): a lease file keeps stagers apart" % why)
+        if self.shared_volume and scope == "this-host":
+            notes.append("flock holds on this host only (%s): a lease file keeps the hosts "
+                         "that share the volume apart" % why)
+        if not self.shared_volume and scope in ("hosts", "this-host", "unknown") and mount:
+            notes.append("%s is a network filesystem (%s): if other hosts stage to it, name "
+                         "the volume in vllm_fleet_models_volume" % (
+                             mount["mount_point"], mount["fstype"]))
+        return {
+            "mount_point": mount["mount_point"] if mount else None,
+            "fstype": mount["fstype"] if mount else None,
+            "shared": self.shared_volume,
+            "flock": flock_error or "ok",
+            "lock_scope": scope,
+            "lock_scope_why": why,
+            "locks": locks,
+            "hard_links": links,
+            "hard_links_from": links_from,
+            "notes": notes,
+        }
+
+    @contextlib.contextmanager
+    def _locks(self):
+        """flock where the volume has it, and the lease file where hosts share it or flock
+        is missing; yields the seconds waited for both."""
+        waited = 0.0
+        with contextlib.ExitStack() as stack:
+            if "flock" in self.volume["locks"]:
+                try:
+                    waited += stack.enter_context(model_lock(self.local_dir, flock=self.flock))
+                except OSError as e:
+                    raise DownloadError("cannot lock %s: %s" % (
+                        os.path.join(self.local_dir, LOCK_NAME), e)) from e
+            if "lease" in self.volume["locks"]:
+                os.makedirs(os.path.join(self.base_dir, STATE_DIR), exist_ok=True)
+                lease = models_volume.LeaseLock(
+                    os.path.join(self.base_dir, LEASE_NAME), lease_s=self.lease_s,
+                    sleep=self.sleep, on_wait=self._note_lease_wait)
+                try:
+                    waited += lease.acquire()
+                except models_volume.VolumeError as e:
+                    raise DownloadError(str(e)) from e
+                stack.callback(lease.release)
+                self.volume["lease_broken"] = lease.broke
+            yield waited
+
+    def _note_lease_wait(self, holder, waited):
+        """While another host stages this repo: say who, in the progress file."""
+        if not self.progress_file:
+            return
+        with contextlib.suppress(OSError):
+            write_json_atomic(self.progress_file, {
+                "repo_id": self.repo_id, "pid": os.getpid(), "state": "waiting",
+                "waiting_for": {k: holder.get(k) for k in ("host", "pid", "since")},
+                "waited_s": round(waited, 1), "bytes_done": 0, "bytes_total": 0,
+                "updated": time.time(),
+            })
+
+    def _links_work(self):
+        """Try a hard link once on this volume (a file in the state folder); record it."""
+        state = os.path.join(self.base_dir, STATE_DIR)
+        os.makedirs(state, exist_ok=True)
+        src = os.path.join(state, "link-probe.%d" % os.getpid())
+        dst = src + ".link"
+        ok, why = True, None
+        try:
+            with open(src, "w") as f:
+                f.write("probe\n")
+            self.link(src, dst)
+        except OSError as e:
+            ok, why = False, "[Errno %d] %s" % (e.errno, e.strerror)
+        finally:
+            for p in (src, dst):
+                with contextlib.suppress(OSError):
+                    os.remove(p)
+        self.volume.update(hard_links=ok, hard_links_from="tried here")
+        if why:
+            self.volume["hard_links_error"] = why
+        with contextlib.suppress(OSError):
+            write_json_atomic(os.path.join(self.base_dir, VOLUME_STATE),
+                              {"hard_links": ok, "error": why, "fstype": self.volume["fstype"],
+                               "tried_at": time.time()})
+        return ok
 
     def estimate(self, t0, why):
         """Check mode without huggingface_hub: the size hint less what is on disk.
@@ -888,7 +1047,10 @@ class HfDownloader(object):
         manifest = load_manifest(self.local_dir)
         trusted, to_hash, to_fetch = self._classify_local(sha, remote, manifest)
         wanted_partials = {partial_path(self.local_dir, rf) for rf in remote}
-        orphans = find_orphans(self.local_dir, self._hf_cache_repo_dir(), wanted_partials)
+        orphans = find_orphans(
+            self.local_dir, self._hf_cache_repo_dir(), wanted_partials,
+            base_dir=self.base_dir if self.snapshots else None,
+            keep_revisions=self.keep_revisions)
         orphan_bytes = sum(file_size(p) for p in orphans)
         bytes_total = sum(rf.size for rf in remote)
 
@@ -911,8 +1073,12 @@ class HfDownloader(object):
             min(file_size(partial_path(self.local_dir, rf)), rf.size) for rf in to_fetch
         )
         bytes_to_download = sum(rf.size for rf in to_fetch) - partial_bytes
-        disk = disk_space.check(self.local_dir, bytes_to_download, self.margin_bytes)
-        disk["free_bytes_after_cleanup"] = disk["free_bytes"] + orphan_bytes
+        # A shared file is linked where the volume links; else it is a copy, which takes
+        # its size again. Not known to link (check mode, no earlier try): counted as a copy.
+        if reuse and not self.check_mode:
+            self._links_work()
+        copy_bytes = 0 if self.volume["hard_links"] else sum(rf.size for rf, _src in reuse)
+        disk = self._disk(bytes_to_download + copy_bytes, orphan_bytes)
         result = {
             "estimated": False,
             "revision": sha,
@@ -925,6 +1091,9 @@ class HfDownloader(object):
             "files_to_fetch": sorted(rf.path for rf in to_fetch),
             "files_to_reuse": sorted(rf.path for rf, _src in reuse),
             "bytes_reused": sum(rf.size for rf, _src in reuse),
+            "bytes_to_copy": copy_bytes,
+            "bytes_orphaned": orphan_bytes,
+            "volume": self.volume,
             "files_mismatched": sorted(rf.path for rf in mismatched),
             "orphans_removed": orphans,
             "model_dir": self.local_dir,
@@ -948,12 +1117,14 @@ class HfDownloader(object):
         for path in orphans:
             with contextlib.suppress(OSError):
                 os.remove(path)
-        disk = disk_space.check(self.local_dir, bytes_to_download, self.margin_bytes)
+        disk = self._disk(bytes_to_download + copy_bytes, 0)
         result["disk"] = disk
-        if to_fetch and not disk["ok"]:
+        if (to_fetch or copy_bytes) and not disk["ok"]:
             raise DownloadError(
-                "%s@%s: %s (bytes to download %d + margin %d)"
-                % (self.repo_id, sha, disk["msg"], bytes_to_download, self.margin_bytes),
+                "%s@%s: %s (bytes to download %d%s + margin %d)"
+                % (self.repo_id, sha, disk["msg"], bytes_to_download,
+                   " + to copy %d (no hard links on %s)" % (copy_bytes, self.volume["fstype"])
+                   if copy_bytes else "", self.margin_bytes),
                 disk=disk,
             )
         for rf in mismatched:  # a wrong file must never stay where vLLM would load it
@@ -1044,12 +1215,20 @@ class HfDownloader(object):
             if not self.check_mode:
                 os.makedirs(self.local_dir, exist_ok=True)
 
+    def _disk(self, need, freed):
+        """The disk check for `need` bytes once `freed` bytes of orphans are removed."""
+        disk = disk_space.check(self.local_dir, need, self.margin_bytes, freed_bytes=freed)
+        disk["free_bytes_after_cleanup"] = disk["free_bytes"]
+        disk["bytes_orphaned"] = freed
+        return disk
+
     def _link_all(self, reuse, verified, to_fetch):
-        """Link each reusable file; one that cannot be linked is fetched after all."""
+        """Link (or, without hard links, copy and verify) each reusable file; one that can
+        be neither is fetched after all."""
         for rf, src in reuse:
-            if self._link(src, rf):
+            if (self.volume["hard_links"] and self._link(src, rf)) or self._copy(src, rf):
                 verified.append(rf)
-            else:  # no hard link here (another filesystem, a refusal)
+            else:
                 to_fetch.append(rf)
 
     def _link(self, src, rf):
@@ -1059,10 +1238,48 @@ class HfDownloader(object):
             os.makedirs(os.path.dirname(dst), exist_ok=True)
             with contextlib.suppress(FileNotFoundError):
                 os.remove(dst)
-            os.link(src, dst)
+            self.link(src, dst)
         except OSError:
             return False
         return True
+
+    def _copy(self, src, rf):
+        """Copy a verified file through its partial, hashing it on the way; in place only
+        when the copy's hash and size are the Hub's."""
+        part = partial_path(self.local_dir, rf)
+        dst = os.path.join(self.local_dir, rf.path)
+        h = new_hasher(rf.algorithm, rf.size)
+        try:
+            os.makedirs(os.path.dirname(part), exist_ok=True)
+            with open(src, "rb") as fin, open(part, "wb") as fout:
+                for chunk in iter(lambda: fin.read(CHUNK), b""):
+                    h.update(chunk)
+                    fout.write(chunk)
+                fout.flush()
+                os.fsync(fout.fileno())
+            if h.hexdigest() != rf.expected or file_size(part) != rf.size:
+                os.remove(part)
+                return False
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            os.replace(part, dst)
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise DownloadError("no space left on device copying %s to %s (no hard links "
+                                    "on %s)" % (src, dst, self.volume["fstype"]),
+                                    enospc=True) from e
+            with contextlib.suppress(OSError):
+                os.remove(part)
+            return False
+        return True
+
+    def _other_writer(self, rf, part, what):
+        """A partial changed under this run: another writer on the volume."""
+        return (
+            "%s: the partial %s %s: another writer is fetching the same file into %s. "
+            "Hosts that share a models volume must name it in vllm_fleet_models_volume "
+            "(a lease file then keeps them apart; this volume's flock: %s, %s)"
+            % (rf.path, part, what, self.local_dir, self.volume["flock"] if self.volume else "?",
+               self.volume["lock_scope_why"] if self.volume else "?"))
 
     def _final_check(self, remote):
         """Never report ok with a missing or short file (another writer may have changed one)."""

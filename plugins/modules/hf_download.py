@@ -119,11 +119,38 @@ options:
     description: Expected size of the download in bytes (the catalog's), for the check-mode estimate
       when huggingface_hub cannot be imported; unset, check mode then fails like a real run.
     type: int
+  shared_volume:
+    description:
+      - The models volume is mounted by other hosts too (C(vllm_fleet_models_volume)). The run
+        then takes a lease file, C(<local_dir>/.cache/vllm-fleet/lease), besides flock, made
+        with C(O_EXCL) and renewed every O(lease_s)/4 seconds, it keeps stagers on different
+        hosts apart where flock holds only on one host (NFS with C(local_lock), BeeGFS's
+        default, FUSE). A volume without flock (Lustre without C(-o flock)) gets the lease
+        file whether or not this is set.
+    type: bool
+    default: false
+  lease_s:
+    description:
+      - Seconds a lease may go unrenewed before a waiting host takes it over (its holder
+        died without removing it). Measured on the waiter's own clock; a holder of this host
+        whose process is gone is taken over at once.
+    type: float
+    default: 60.0
+  keep_revisions:
+    description:
+      - Commit shas whose partial files are kept although this run does not download them
+        (another catalog entry pins them; its download resumes them). The partials of every
+        other revision are orphans (O(snapshots=true)).
+    type: list
+    elements: str
+    default: []
 attributes:
   check_mode:
     support: full
     description: Resolves the revision, hashes unverified local files and reports the bytes that
-      would be fetched; writes nothing (no folder, no lock file).
+      would be fetched; writes nothing (no folder, no lock file). It probes flock read-only
+      (a shared lock on the folder); whether hard links work is known from the filesystem
+      type or an earlier run's try, else the reused files are counted as copies.
   diff_mode:
     support: full
     description: Shows the recorded revision and the files to fetch before and after.
@@ -213,10 +240,58 @@ files_mismatched:
   elements: str
   returned: success
 orphans_removed:
-  description: Orphaned partial files removed (would be, in check mode).
+  description: Orphaned partial files removed (would be, in check mode), before the disk check.
   type: list
   elements: str
   returned: success
+bytes_orphaned:
+  description: Bytes of RV(orphans_removed), in bytes; the disk check counts them as free.
+  type: int
+  returned: success
+bytes_to_copy:
+  description: Bytes of RV(files_to_reuse) copied instead of linked (the volume has no hard
+    links, or in check mode it is not known to have them), in bytes; counted in the disk check.
+  type: int
+  returned: success
+volume:
+  description: What the models volume gives the download.
+  type: dict
+  returned: success
+  contains:
+    mount_point:
+      description: The mount holding the folder.
+      type: str
+    fstype:
+      description: Its filesystem type (from /proc/self/mountinfo).
+      type: str
+    shared:
+      description: O(shared_volume).
+      type: bool
+    flock:
+      description: C(ok), or the error flock answered to a read-only probe.
+      type: str
+    lock_scope:
+      description: Where flock holds, C(host-only-fs), C(hosts), C(this-host), C(none) or C(unknown).
+      type: str
+    lock_scope_why:
+      description: Why, from the mount options or the filesystem.
+      type: str
+    locks:
+      description: The locks the run takes, C(flock) and or C(lease).
+      type: list
+      elements: str
+    hard_links:
+      description: Whether hard links work (null when not known).
+      type: bool
+    hard_links_from:
+      description: C(tried here) or C(filesystem type).
+      type: str
+    notes:
+      description: What the user should know about this volume.
+      type: list
+      elements: str
+  sample: {mount_point: /srv/models, fstype: nfs4, shared: true, flock: ok, lock_scope: this-host,
+           locks: [flock, lease], hard_links: true, hard_links_from: filesystem type}
 seconds:
   description: Wall time of the run, in seconds.
   type: float
@@ -264,6 +339,9 @@ def main():
             "hub_venv": {"type": "path"},
             "size_hint_bytes": {"type": "int"},
             "snapshots": {"type": "bool", "default": False},
+            "shared_volume": {"type": "bool", "default": False},
+            "lease_s": {"type": "float", "default": 60.0},
+            "keep_revisions": {"type": "list", "elements": "str", "default": []},
         },
         mutually_exclusive=[("token", "token_file")],
         supports_check_mode=True,
@@ -292,6 +370,9 @@ def main():
             hub_venv=p["hub_venv"],
             size_hint=p["size_hint_bytes"],
             snapshots=p["snapshots"],
+            shared_volume=p["shared_volume"],
+            lease_s=p["lease_s"],
+            keep_revisions=p["keep_revisions"],
         )
         result = downloader.run()
     except DownloadError as e:
