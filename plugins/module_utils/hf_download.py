@@ -365,7 +365,7 @@ class Progress(object):
         self.files_total = files_total
         self.files_done = 0
         self.retries = {}
-        self.rate_limited = None  # the wait for the Hub's rate-limit reset going on now
+        self.rate_limited = {}  # {file (None: the API): the wait for the Hub's reset going on}
         self.rate_limit_waited = 0.0
         self.t0 = time.monotonic()
         self.state = "downloading"
@@ -383,7 +383,7 @@ class Progress(object):
     def note_rate_limit(self, path, seconds, reset, waited):
         """A file (or the API) waits `seconds` for the Hub's rate-limit reset; written at once."""
         with self.lock:
-            self.rate_limited = {
+            self.rate_limited[path] = {
                 "file": path,
                 "wait_seconds": round(seconds, 1),
                 "until": time.monotonic() + seconds,
@@ -392,9 +392,9 @@ class Progress(object):
             self.rate_limit_waited = waited
         self.write()
 
-    def rate_limit_over(self):
+    def rate_limit_over(self, path):
         with self.lock:
-            self.rate_limited = None
+            self.rate_limited.pop(path, None)
 
     def file_done(self):
         with self.lock:
@@ -419,8 +419,8 @@ class Progress(object):
                 rate_limit_waited_seconds=round(self.rate_limit_waited, 1),
                 updated=time.time(),
             )
-            if self.rate_limited:
-                waiting = dict(self.rate_limited)
+            if self.rate_limited:  # the wait that ends last, when files wait in parallel
+                waiting = dict(max(self.rate_limited.values(), key=lambda w: w["until"]))
                 until = waiting.pop("until")
                 waiting["left_seconds"] = max(round(until - time.monotonic()), 0)
                 snap["rate_limited"] = waiting
@@ -699,7 +699,7 @@ class HfDownloader(object):
             self.sleep(step)
             left -= step
         if self.progress is not None:
-            self.progress.rate_limit_over()
+            self.progress.rate_limit_over(path)
         if self.cancel.is_set():
             raise DownloadError("cancelled")
         return True

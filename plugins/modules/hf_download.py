@@ -99,7 +99,8 @@ options:
     type: int
     default: 8
   retries:
-    description: Retries per file (and per metadata call) on 5xx or connection errors.
+    description: Retries per file (and per metadata call) on 5xx or connection errors (a 429
+      that gives its reset waits instead, see O(rate_limit_wait_max)).
     type: int
     default: 5
   retry_backoff:

@@ -203,6 +203,7 @@ def test_a_real_wait_for_a_short_reset_then_verified_files(hub, download, tmp_pa
     assert line.endswith('(RateLimit: "resolvers";r=0;t=3)')
     worker.join(60)
     elapsed = time.monotonic() - t0
+    assert not worker.is_alive(), "the download did not end within 60 s"
     assert "e" not in out, out.get("e")
     r = out["r"]
     assert elapsed >= 4.0  # it really waited the reset + 1 s

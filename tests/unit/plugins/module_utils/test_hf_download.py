@@ -294,3 +294,17 @@ def test_a_bound_of_zero_never_waits(tmp_path):
         d._wait_rate_limit(_Http429Error({"retry-after": "0"}), "a")
     assert "beyond rate_limit_wait_max 0 s" in exc.value.msg
     assert sleeps == []
+
+
+def test_progress_shows_the_wait_that_ends_last_until_every_wait_is_over():
+    p = m.Progress(None, 10, repo_id="o/x", revision="a" * 40, total=10, done=0, files_total=2)
+    p.note_rate_limit("a", 56.0, m.RateLimitReset(55, 'RateLimit: "resolvers";r=0;t=55'), 56.0)
+    p.note_rate_limit("b", 121.0, m.RateLimitReset(120, "Retry-After: 120"), 121.0)
+    snap = p.snapshot()
+    assert snap["rate_limited"]["file"] == "b"
+    assert snap["rate_limited"]["header"] == "Retry-After: 120"
+    assert snap["rate_limit_waited_seconds"] == 121.0
+    p.rate_limit_over("b")
+    assert p.snapshot()["rate_limited"]["file"] == "a"  # a still waits
+    p.rate_limit_over("a")
+    assert "rate_limited" not in p.snapshot()
