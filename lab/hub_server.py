@@ -52,6 +52,16 @@ or ``POST /_faults`` with a JSON body; ``GET /_faults`` reads them back):
                  says; Content-Length and Content-Range count them, or with "announce": false
                  the body has no length header and ends when the connection closes
 
+  rate_limit_file {glob: {"count": N, "reset": T, "header": "ratelimit"}}  answer the first N
+                 GETs of a file 429 as the Hub does when a quota is spent: IETF
+                 ``RateLimit: "resolvers";r=0;t=T`` and ``RateLimit-Policy: "fixed
+                 window";"resolvers";q=5000;w=300`` (huggingface/hub-docs
+                 docs/hub/rate-limits.md), then serve normally; "header": "retry-after"
+                 sends ``Retry-After: T`` instead, "retry-after-date" an HTTP date T s
+                 ahead, "none" no reset at all
+  rate_limit_api {"count": N, "reset": T, "header": ...}  the same for the first N API calls
+                 (revision, tree and paths-info alike), with the "api" quota (q=500)
+
 ``GET /_stats`` returns body bytes sent per file, request counts, the Range
 headers seen and the files held; ``POST /_release`` lets held files go on;
 ``POST /_reset`` releases them and clears stats and faults.
@@ -75,6 +85,7 @@ import subprocess
 import sys
 import threading
 import time
+from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -244,6 +255,8 @@ class Faults:
             self.fail_file: dict[str, dict] = {}
             self.fail_revision: dict = {}
             self.fail_tree: dict = {}
+            self.rate_limit_file: dict[str, dict] = {}
+            self.rate_limit_api: dict = {}
             self.drop_after: dict[str, dict] = {}
             self.hold_after: dict[str, dict] = {}
             self.held: list[str] = []
@@ -258,10 +271,11 @@ class Faults:
         with self.lock:
             if "throttle_bps" in cfg:
                 self.throttle_bps = int(cfg["throttle_bps"] or 0)
-            for name in ("fail_file", "drop_after", "hold_after", "ignore_range", "extra_bytes"):
+            for name in ("fail_file", "drop_after", "hold_after", "ignore_range", "extra_bytes",
+                         "rate_limit_file"):
                 if name in cfg:
                     setattr(self, name, {k: dict(v) for k, v in (cfg[name] or {}).items()})
-            for name in ("fail_revision", "fail_tree"):
+            for name in ("fail_revision", "fail_tree", "rate_limit_api"):
                 if name in cfg:
                     setattr(self, name, dict(cfg[name] or {}))
 
@@ -272,6 +286,8 @@ class Faults:
                 "fail_file": self.fail_file,
                 "fail_revision": self.fail_revision,
                 "fail_tree": self.fail_tree,
+                "rate_limit_file": self.rate_limit_file,
+                "rate_limit_api": self.rate_limit_api,
                 "drop_after": self.drop_after,
                 "hold_after": self.hold_after,
                 "ignore_range": self.ignore_range,
@@ -320,6 +336,31 @@ class Faults:
                 self.faults_fired.append({"fault": which})
                 return int(rule.get("status", 500))
         return None
+
+    def rate_limited(self, key: str | None, rel: str | None) -> dict | None:
+        """The 429's headers when a rate_limit_file (key given) or rate_limit_api rule fires."""
+        with self.lock:
+            if key is None:
+                rule, bucket, quota = self.rate_limit_api, "api", 500
+            else:
+                rule = self._match(self.rate_limit_file, key, rel)
+                bucket, quota = "resolvers", 5000
+            if not rule or not self._take(rule):
+                return None
+            self.faults_fired.append({"fault": "rate_limit_" + ("file" if key else "api"),
+                                      "file": key})
+            reset = int(rule.get("reset", 60))
+            how = rule.get("header", "ratelimit")
+        if how == "retry-after":
+            return {"Retry-After": str(reset)}
+        if how == "retry-after-date":
+            return {"Retry-After": formatdate(time.time() + reset, usegmt=True)}
+        if how == "none":
+            return {}
+        return {
+            "RateLimit": f'"{bucket}";r=0;t={reset}',
+            "RateLimit-Policy": f'"fixed window";"{bucket}";q={quota};w=300',
+        }
 
     def drop_limit(self, key: str, rel: str) -> int | None:
         with self.lock:
@@ -420,8 +461,9 @@ class HubHandler(BaseHTTPRequestHandler):
         headers = {"Content-Type": "application/json", **(headers or {})}
         self._send(status, json.dumps(obj).encode(), headers)
 
-    def _error(self, status: int, code: str | None, message: str) -> None:
-        headers = {"X-Error-Message": message}
+    def _error(self, status: int, code: str | None, message: str,
+               extra: dict | None = None) -> None:
+        headers = {"X-Error-Message": message, **(extra or {})}
         if code:
             headers["X-Error-Code"] = code
         self._json({"error": message}, status=status, headers=headers)
@@ -493,6 +535,9 @@ class HubHandler(BaseHTTPRequestHandler):
             return self._error(404, "RepoNotFound", "Repository not found")
         repo_id = unquote(parts[0]) + "/" + unquote(parts[1])
         tail = parts[2:]
+        limited = self.faults.rate_limited(None, None)
+        if limited is not None:
+            return self._error(429, None, "Injected rate limit (API)", limited)
         if not tail or tail[0] == "revision":
             if self.command != "GET":
                 return self._error(405, None, "Method not allowed")
@@ -671,6 +716,9 @@ class HubHandler(BaseHTTPRequestHandler):
             status = self.faults.file_failure(key, rel)
             if status:
                 return self._error(status, None, f"Injected failure for {rel}")
+            limited = self.faults.rate_limited(key, rel)
+            if limited is not None:
+                return self._error(429, None, f"Injected rate limit for {rel}", limited)
         size = entry["size"]
         headers = {
             "X-Repo-Commit": sha,

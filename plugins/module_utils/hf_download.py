@@ -13,6 +13,19 @@ transfer and the retry policy:
   killed half way resumes inside the file on the next run;
 - 5xx answers and connection errors are retried with exponential backoff;
   a dropped connection that made progress resumes at once;
+- a 429 that says when the Hub's rate-limit window resets (the IETF
+  ``RateLimit: "api";r=0;t=55`` header the Hub sends, read by huggingface_hub's
+  ``parse_ratelimit_headers``, else ``Retry-After`` in seconds or as an HTTP
+  date) is waited out, reset + 1 s as huggingface_hub's own ``http_backoff``
+  does (utils/_http.py), without spending a retry, while the time waited for
+  rate limits (wall clock, overlapping waits of parallel files counted once)
+  stays within ``rate_limit_wait_max``; a reset beyond it fails at once, before
+  another request, naming the header and the bound, partials kept. A 429
+  without a reset is backed off like a 5xx. (The Hub's quotas are counted over
+  5-minute fixed windows, huggingface/hub-docs docs/hub/rate-limits.md, so one
+  reset is at most 300 s.) huggingface_hub's paginated listing
+  (``list_repo_tree``) retries its own 429s in ``http_backoff``, outside this
+  bound;
 - each file is hashed while it streams (the resumed prefix is read once from
   disk), sha256 for LFS files and the git blob id for the others, and only a
   verified file is renamed into place; a mismatch is deleted and fetched once
@@ -45,6 +58,7 @@ from __future__ import absolute_import, division, print_function
 
 import concurrent.futures
 import contextlib
+import email.utils
 import errno
 import fcntl
 import hashlib
@@ -86,6 +100,64 @@ class HubMissingError(DownloadError):
 
 class RetryableError(Exception):
     """A transient failure (5xx, connection) worth retrying."""
+
+
+class RateLimitReset(object):
+    """What a 429 said about the Hub's rate-limit window: seconds to its reset and the header."""
+
+    __slots__ = ("header", "seconds")
+
+    def __init__(self, seconds, header):
+        self.seconds = seconds
+        self.header = header
+
+
+RATE_LIMITED = 429
+# huggingface_hub's http_backoff sleeps the reset + 1 s "to avoid rounding issues"
+# (huggingface_hub/utils/_http.py, _http_backoff_base); the same margin here.
+RATE_LIMIT_MARGIN_S = 1
+# The longest single sleep while waiting for a reset: a run cancelled by another file's
+# failure stops waiting within this.
+RATE_LIMIT_SLICE_S = 5.0
+
+
+def _header(headers, name):
+    """The value of a header by its lower-case name (httpx gives names lower-cased), or None."""
+    for key in headers or {}:
+        if key.lower() == name:
+            return headers[key]
+    return None
+
+
+def rate_limit_reset(headers, parse=None, now=None):
+    """The reset a 429's headers announce, as a RateLimitReset, or None when they give none.
+
+    First the IETF RateLimit header the Hub sends (draft-ietf-httpapi-ratelimit-headers,
+    ``"api";r=0;t=55``: no request remains, the window resets in 55 s), read by `parse`
+    (huggingface_hub.utils.parse_ratelimit_headers) and taken, as huggingface_hub's
+    http_backoff takes it, only when it says no request remains; then Retry-After, in
+    seconds or as an HTTP date (RFC 9110, 10.2.3), which http_backoff does not read.
+    """
+    headers = headers or {}
+    if parse is not None:
+        info = parse(headers)
+        if info is not None and info.remaining == 0:
+            return RateLimitReset(
+                max(int(info.reset_in_seconds), 0), "RateLimit: %s" % _header(headers, "ratelimit")
+            )
+    value = (_header(headers, "retry-after") or "").strip()
+    if not value:
+        return None
+    if value.isdigit():
+        return RateLimitReset(int(value), "Retry-After: %s" % value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None or when.tzinfo is None:
+        return None
+    now = time.time() if now is None else now
+    return RateLimitReset(max(round(when.timestamp() - now), 0), "Retry-After: %s" % value)
 
 
 class RemoteFile(object):
@@ -319,6 +391,8 @@ class Progress(object):
         self.files_total = files_total
         self.files_done = 0
         self.retries = {}
+        self.rate_limited = {}  # {file (None: the API): the wait for the Hub's reset going on}
+        self.rate_limit_waited = 0.0
         self.t0 = time.monotonic()
         self.state = "downloading"
         self._stop = threading.Event()
@@ -331,6 +405,22 @@ class Progress(object):
     def note_retry(self, path):
         with self.lock:
             self.retries[path] = self.retries.get(path, 0) + 1
+
+    def note_rate_limit(self, path, seconds, reset, waited):
+        """A file (or the API) waits `seconds` for the Hub's rate-limit reset; written at once."""
+        with self.lock:
+            self.rate_limited[path] = {
+                "file": path,
+                "wait_seconds": round(seconds, 1),
+                "until": time.monotonic() + seconds,
+                "header": reset.header,
+            }
+            self.rate_limit_waited = waited
+        self.write()
+
+    def rate_limit_over(self, path):
+        with self.lock:
+            self.rate_limited.pop(path, None)
 
     def file_done(self):
         with self.lock:
@@ -352,8 +442,14 @@ class Progress(object):
                 eta_seconds=int(left / rate) if rate > 0 else None,
                 elapsed_seconds=round(elapsed, 1),
                 retries=dict(self.retries),
+                rate_limit_waited_seconds=round(self.rate_limit_waited, 1),
                 updated=time.time(),
             )
+            if self.rate_limited:  # the wait that ends last, when files wait in parallel
+                waiting = dict(max(self.rate_limited.values(), key=lambda w: w["until"]))
+                until = waiting.pop("until")
+                waiting["left_seconds"] = max(round(until - time.monotonic()), 0)
+                snap["rate_limited"] = waiting
             return snap
 
     def write(self):
@@ -531,6 +627,8 @@ class HfDownloader(object):
         check_mode=False,
         timeout=60.0,
         sleep=time.sleep,
+        clock=time.monotonic,
+        rate_limit_wait_max=600.0,
         hub_venv=None,
         size_hint=None,
         snapshots=False,
@@ -574,6 +672,10 @@ class HfDownloader(object):
         self.check_mode = check_mode
         self.timeout = timeout
         self.sleep = sleep
+        self.clock = clock
+        self.rate_limit_wait_max = max(0.0, float(rate_limit_wait_max))
+        self.rate_limit_waited = 0.0
+        self._rate_limited_until = None
         self.hub_venv = hub_venv
         self.size_hint = None if size_hint is None else int(size_hint)
         self.hub = None
@@ -594,12 +696,81 @@ class HfDownloader(object):
             except DownloadError:
                 raise
             except Exception as e:
+                if self._wait_rate_limit(e, None):
+                    continue  # the Hub's reset waited out: no retry spent
                 if not _is_transient(self.hub, e) or attempt >= self.retries:
                     raise
                 with self._retry_lock:
                     self.retries_used += 1
                 self.sleep(self._backoff(attempt))
                 attempt += 1
+
+    def _wait_rate_limit(self, exc, path):
+        """On a 429 that names its reset, wait it out (+1 s) and return True.
+
+        False for anything else (a 429 without a reset header is backed off like a 5xx).
+        The waits are counted on the wall clock, a wait that overlaps another file's counted
+        once; one that would take the total beyond rate_limit_wait_max fails at once.
+        """
+        if _status_of(exc) != RATE_LIMITED:
+            return False
+        response = getattr(exc, "response", None)
+        parse = getattr(getattr(self.hub, "utils", None), "parse_ratelimit_headers", None)
+        reset = rate_limit_reset(getattr(response, "headers", None), parse)
+        if reset is None:
+            return False
+        wait = float(reset.seconds + RATE_LIMIT_MARGIN_S)
+        with self._retry_lock:
+            now = self.clock()
+            until = now + wait
+            since = max(now, self._rate_limited_until or now)
+            total = self.rate_limit_waited + max(until - since, 0.0)
+            if total > self.rate_limit_wait_max:
+                raise DownloadError(
+                    self._rate_limit_msg(path, reset, total), rate_limit=reset.header,
+                    rate_limit_reset_seconds=reset.seconds,
+                    rate_limit_waited_seconds=round(self.rate_limit_waited, 1),
+                ) from exc
+            self.rate_limit_waited = total
+            self._rate_limited_until = max(until, self._rate_limited_until or until)
+        if self.progress is not None:
+            self.progress.note_rate_limit(path, wait, reset, total)
+        left = wait
+        while left > 0 and not self.cancel.is_set():
+            step = min(left, RATE_LIMIT_SLICE_S)
+            self.sleep(step)
+            left -= step
+        if self.progress is not None:
+            self.progress.rate_limit_over(path)
+        if self.cancel.is_set():
+            raise DownloadError("cancelled")
+        return True
+
+    def _rate_limit_msg(self, path, reset, total):
+        where = "%s of %s" % (path, self.repo_id) if path else "the Hub API for %s" % self.repo_id
+        kept = (
+            "partial files are kept in %s for the next run to resume"
+            % os.path.join(self.local_dir, PARTIAL_DIR)
+            if path
+            else "nothing on disk was changed (partial files stay for the next run to resume)"
+        )
+        return (
+            "%s: the Hub rate-limited this download (HTTP 429, %s: the window resets in %d s); "
+            "waiting for it (+%d s) would take the time waited for rate limits to %d s, beyond "
+            "rate_limit_wait_max %d s (role variable model_download_rate_limit_wait_max_s): "
+            "raise it, or run again after the reset%s; %s"
+            % (
+                where,
+                reset.header,
+                reset.seconds,
+                RATE_LIMIT_MARGIN_S,
+                round(total),
+                round(self.rate_limit_wait_max),
+                "" if self.token else
+                " (no token was sent: anonymous requests get the lowest limits, per IP address)",
+                kept,
+            )
+        )
 
     # -- metadata -------------------------------------------------------------
     def _api(self):
@@ -825,7 +996,12 @@ class HfDownloader(object):
         return state["written"], state["hasher"].hexdigest(), part
 
     def _retry_or_fail(self, rf, exc, attempt, before, state):
-        """Progress since the last try resets the count; otherwise back off or give up."""
+        """Progress since the last try resets the count; otherwise back off or give up.
+
+        A 429 with the Hub's reset is waited out instead, spending no retry.
+        """
+        if self._wait_rate_limit(exc, rf.path):
+            return attempt
         if state["have"] > before:
             return 0
         if attempt >= self.retries:
@@ -1204,6 +1380,7 @@ class HfDownloader(object):
             bytes_downloaded=downloaded,
             files_refetched=sorted(refetched),
             retries_used=self.retries_used,
+            rate_limit_waited_seconds=round(self.rate_limit_waited, 1),
             seconds=round(time.monotonic() - t0, 3),
         )
         return result

@@ -38,6 +38,14 @@ def download_line(data):
     eta = data.get("eta_seconds")
     if eta is not None and done < total:
         parts.append(f"about {_duration(eta)} left")
+    limited = data.get("rate_limited")
+    if isinstance(limited, dict):
+        left = limited.get("left_seconds", limited.get("wait_seconds", 0))
+        parts.append(f"rate-limited by the Hub, waiting {_duration(left)} "
+                     f"({limited.get('header') or 'reset'})")
+    waited = data.get("rate_limit_waited_seconds") or 0
+    if waited and not isinstance(limited, dict):
+        parts.append(f"waited {_duration(waited)} for the Hub's rate limit")
     retries = data.get("retries") or {}
     if retries:
         parts.append("retries: " + ", ".join(f"{path} x{count}"

@@ -19,6 +19,12 @@ description:
     restarts the partial from byte 0; a server whose answer is longer or shorter than the size
     the Hub lists fails the task naming the file and both sizes, before writing that answer.
   - Retries 5xx answers and connection errors with exponential backoff.
+  - A 429 that gives the Hub's rate-limit reset (the IETF C(RateLimit) header the Hub sends,
+    C("api";r=0;t=55), else C(Retry-After) in seconds or as an HTTP date) is waited out, the
+    reset plus 1 s as huggingface_hub does, without spending one of O(retries), while the time
+    waited for rate limits stays within O(rate_limit_wait_max); a reset beyond it fails at once
+    naming the header and the bound, partial files kept for the next run. A 429 without a reset
+    is retried with backoff.
   - Verifies every file's size and sha256 (LFS files) or git blob id (others) against the Hub's
     metadata at that revision; a mismatching file is deleted and fetched once more, then the task
     fails naming it. Never returns ok with a missing or short file.
@@ -93,16 +99,28 @@ options:
     type: int
     default: 8
   retries:
-    description: Retries per file (and per metadata call) on 5xx or connection errors.
+    description: Retries per file (and per metadata call) on 5xx or connection errors (a 429
+      that gives its reset waits instead, see O(rate_limit_wait_max)).
     type: int
     default: 5
   retry_backoff:
     description: First backoff in seconds; doubles each retry, capped at 60.
     type: float
     default: 2.0
+  rate_limit_wait_max:
+    description:
+      - Longest total time, in seconds, the run waits for the Hub's rate-limit resets (wall
+        clock; parallel files waiting for the same reset count once). A 429 whose reset would
+        take the total beyond it fails at once.
+      - The Hub counts its quotas over 5-minute fixed windows, so one reset is at most 300 s;
+        the default waits out two windows.
+      - C(0) never waits for a reset.
+    type: float
+    default: 600
   progress_file:
     description: JSON file rewritten every O(progress_interval) seconds with bytes done/total,
-      rate (bytes/s) and ETA (seconds).
+      rate (bytes/s) and ETA (seconds), the wait for a rate-limit reset going on
+      (C(rate_limited)) and the time waited for them (C(rate_limit_waited_seconds)).
     type: path
   progress_interval:
     description: Seconds between progress file writes.
@@ -292,6 +310,12 @@ volume:
       elements: str
   sample: {mount_point: /srv/models, fstype: nfs4, shared: true, flock: ok, lock_scope: this-host,
            locks: [flock, lease], hard_links: true, hard_links_from: filesystem type}
+rate_limit_waited_seconds:
+  description: Time the run waited for the Hub's rate-limit resets, in seconds (see
+    O(rate_limit_wait_max)).
+  type: float
+  returned: success
+  sample: 56.0
 seconds:
   description: Wall time of the run, in seconds.
   type: float
@@ -333,6 +357,7 @@ def main():
             "max_workers": {"type": "int", "default": 8},
             "retries": {"type": "int", "default": 5},
             "retry_backoff": {"type": "float", "default": 2.0},
+            "rate_limit_wait_max": {"type": "float", "default": 600.0},
             "progress_file": {"type": "path"},
             "progress_interval": {"type": "float", "default": 10.0},
             "margin_bytes": {"type": "int", "default": 1073741824},
@@ -347,6 +372,9 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
+    if p["rate_limit_wait_max"] < 0:
+        module.fail_json(msg="rate_limit_wait_max must be 0 or more seconds, got %s"
+                         % p["rate_limit_wait_max"])
     try:
         token = read_token(p["token"], p["token_file"])
         downloader = HfDownloader(
@@ -363,6 +391,7 @@ def main():
             retries=p["retries"],
             backoff=p["retry_backoff"],
             backoff_max=60.0,
+            rate_limit_wait_max=p["rate_limit_wait_max"],
             progress_file=p["progress_file"],
             progress_interval=p["progress_interval"],
             margin_bytes=p["margin_bytes"],

@@ -67,3 +67,20 @@ def test_the_module_docs_name_the_kinds_the_action_accepts():
     doc = (ROOT / "plugins" / "modules" / "async_follow.py").read_text()
     assert "choices: [download, start]" in doc
     json.dumps(progress_line("start", {"model": "m"}))  # a plain string
+
+
+def test_download_line_while_rate_limited_and_after():
+    """Progress.snapshot()'s rate_limited (a wait going on) and rate_limit_waited_seconds."""
+    base = {"bytes_done": 1024**3, "bytes_total": 4 * 1024**3, "files_done": 1, "files_total": 4,
+            "rate_bytes_per_s": 0, "eta_seconds": None, "state": "downloading"}
+    waiting = {**base, "rate_limit_waited_seconds": 56.0,
+               "rate_limited": {"file": "model-00002-of-00004.safetensors", "wait_seconds": 56.0,
+                                "left_seconds": 42, "header": 'RateLimit: "resolvers";r=0;t=55'}}
+    assert progress_line("download", waiting) == (
+        "1.00 GiB of 4.00 GiB (25.0 %), 1 of 4 files, rate-limited by the Hub, waiting 42 s "
+        '(RateLimit: "resolvers";r=0;t=55)')
+    after = {**base, "rate_limit_waited_seconds": 301.0}
+    assert progress_line("download", after) == (
+        "1.00 GiB of 4.00 GiB (25.0 %), 1 of 4 files, waited 5 min for the Hub's rate limit")
+    assert progress_line("download", {**base, "rate_limit_waited_seconds": 0.0}) == (
+        "1.00 GiB of 4.00 GiB (25.0 %), 1 of 4 files")

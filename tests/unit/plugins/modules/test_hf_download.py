@@ -91,3 +91,23 @@ def test_without_huggingface_hub_a_real_run_fails_clearly(monkeypatch, tmp_path)
     assert out.exit_code == 1
     assert out["msg"].startswith("huggingface_hub is not importable by ")
     assert not (tmp_path / "m").exists()
+
+
+def test_rate_limit_wait_max_is_passed_on_and_a_negative_one_refused(monkeypatch, tmp_path):
+    seen = {}
+
+    def fake_run(self):
+        seen["max"] = self.rate_limit_wait_max
+        return {"changed": False}
+
+    monkeypatch.setattr(mu.HfDownloader, "run", fake_run)
+    args = {"repo_id": "o/x", "local_dir": str(tmp_path)}
+    assert run_module(module.main, args).exit_code == 0
+    assert seen == {"max": 600.0}
+    assert run_module(module.main, {**args, "rate_limit_wait_max": 90}).exit_code == 0
+    assert seen == {"max": 90.0}
+    seen.clear()
+    out = run_module(module.main, {**args, "rate_limit_wait_max": -1})
+    assert out.exit_code == 1
+    assert out["msg"] == "rate_limit_wait_max must be 0 or more seconds, got -1.0"
+    assert seen == {}
