@@ -275,7 +275,9 @@ def test_the_sizing_and_its_refusal_come_before_the_download_and_any_stop(role_t
     # tools virtualenv it installs), the unit, the switch that stops the running model.
     assert refuse < at("Install the NVIDIA driver")
     assert refuse < at("model_download : Create the tools virtualenv with huggingface_hub")
-    assert refuse < at("model_download : Start the download on the host")
+    # (the download job is included per host: the stager of a shared volume first)
+    assert refuse < at("model_download : Download on this host (the stager of its volume, "
+                       "or a host of its own)")
     assert refuse < at("vllm_model : Start the switch on the host (health gate, rollback on "
                        "failure)")
     assert refuse < at("vllm_model : Stop blue on every host of the switch (front door 503, "
