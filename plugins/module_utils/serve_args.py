@@ -504,6 +504,9 @@ def check_unit_inputs(model, entry, settings):
         if entry.get(field) is not None:
             _checked(context, field, entry[field])
     _check_gpus(context, entry.get("gpus") or [])
+    if entry.get("switch_mode") not in (None, "cold", "warm"):
+        raise UnitValueError(f"{context}: switch_mode must be cold or warm, got "
+                             f"{entry['switch_mode']!r}")
     env = entry.get("env") or {}
     if not isinstance(env, dict):
         raise UnitValueError(f"{context}: env must be a mapping, got {env!r}")

@@ -610,3 +610,15 @@ def test_no_catalog_model_sets_a_load_format_and_the_specs_choices_are_vllms():
     field = specs["argument_specs"]["main"]["options"]["vllm_model_entry"]["options"][
         "load_format"]
     assert tuple(field["choices"]) == LOAD_FORMATS
+
+
+def test_a_profiles_switch_mode_is_checked_like_the_entrys():
+    """The typed spec checks the entry's switch_mode; a GPU profile's reaches the unit
+    checks through check_request (each profile merged over the entry)."""
+    entry = {"served_model_name": "m", "port": 8001, "switch_mode": "warm",
+             "profiles": {"sm120": {"switch_mode": "hot"}}}
+    with pytest.raises(UnitValueError, match=r"^catalog entry m \(profile sm120\): switch_mode "
+                                             r"must be cold or warm, got 'hot'"):
+        check_request("m", entry, {})
+    entry["profiles"]["sm120"]["switch_mode"] = "cold"
+    assert check_request("m", entry, {}) is entry
