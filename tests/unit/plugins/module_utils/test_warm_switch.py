@@ -182,10 +182,10 @@ def test_another_process_on_one_gpu_fails_vllms_free_memory_check_there():
     assert plan["mode"] == "cold"
     assert [c["index"] for c in plan["gpu_checks"] if c["short_bytes"]] == [3]
     assert plan["gpu_checks"][3]["short_bytes"] == requested - free
-    assert plan["reasons"] == [
-        (f"GPU 3 short by {(requested - free) / GIB:,.2f} GiB: vLLM's free-memory check wants "
-        f"{requested / GIB:,.2f} GiB (kimi_k25_int4 at 0.9013), {free / GIB:,.2f} GiB free "
-        f"beside {TP_RESIDUAL / GIB:,.2f} GiB of sleepers")]
+    reason = (f"GPU 3 short by {(requested - free) / GIB:,.2f} GiB: vLLM's free-memory check "
+              f"wants {requested / GIB:,.2f} GiB (kimi_k25_int4 at 0.9013), "
+              f"{free / GIB:,.2f} GiB free beside {TP_RESIDUAL / GIB:,.2f} GiB of sleepers")
+    assert plan["reasons"] == [reason]
 
 
 def test_green_that_does_not_fit_at_the_lowered_share_is_cold_with_the_gib_short():
