@@ -136,6 +136,44 @@ def switch_mode(entry, fleet_default="cold"):
     return mode
 
 
+def _per_gpu_process_bytes(gpu_facts, pids):
+    """{GPU index: bytes the processes `pids` use there}, from gpu_facts' processes
+    (nvidia-smi --query-compute-apps: pid, used_memory, the GPU)."""
+    wanted = {int(pid) for pid in pids or ()}
+    used = {}
+    for proc in (gpu_facts or {}).get("processes") or []:
+        if int(proc.get("pid", -1)) in wanted and proc.get("gpu_index") is not None:
+            index = int(proc["gpu_index"])
+            used[index] = used.get(index, 0) + int(proc.get("used_memory_bytes") or 0)
+    return used
+
+
+def gpus_from_facts(gpu_facts, blue_pids=()):
+    """gpu_facts' GPUs as plan_switch wants them, on a real host.
+
+    memory_used_bytes is nvidia-smi's memory.used less what blue's own processes
+    (blue_pids: its unit's processes) hold, since blue's sleep frees that and the
+    plan adds blue's residual back; a sleeper already on the host stays in it at
+    what nvidia-smi measured."""
+    blue = _per_gpu_process_bytes(gpu_facts, blue_pids)
+    gpus = []
+    for gpu in (gpu_facts or {}).get("gpus") or []:
+        index = int(gpu["index"])
+        used = _int(gpu.get("memory_used_bytes") or 0, f"GPU {index} memory_used_bytes")
+        gpus.append({"index": index, "memory_total_bytes": gpu.get("memory_total_bytes"),
+                     "memory_used_bytes": max(0, used - blue.get(index, 0))})
+    if not gpus:
+        raise WarmSwitchError("gpu_facts lists no GPU (gpus is empty): nothing to plan on")
+    return gpus
+
+
+def measured_residual(gpu_facts, sleeper_pids):
+    """The residual a sleeping model holds, measured: the most its processes use on any
+    one GPU (nvidia-smi's per-process memory), or None when none of them is listed."""
+    used = _per_gpu_process_bytes(gpu_facts, sleeper_pids)
+    return max(used.values()) if used else None
+
+
 def served_model(name, entry, fit, mode):
     """What the plan needs of one served model: its entry (as served) and its fit report."""
     entry = entry or {}

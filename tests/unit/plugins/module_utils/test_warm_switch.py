@@ -242,3 +242,33 @@ def test_plan_pairs_shows_nothing_when_every_mode_is_cold_and_three_steps_when_w
         "first switch: minimax_m25 -> kimi_k25_int4: WARM, level 1",
         "return: kimi_k25_int4 -> minimax_m25: WARM, level 2",
         "return: minimax_m25 -> kimi_k25_int4: WARM, level 1"]
+
+
+# gpu_facts as the gpu_facts module returns it (nvidia_smi.parse_compute_apps rows with the
+# GPU's index added by gpu_facts._processes): blue (pids 100, 101) serves on GPUs 0-1, a
+# sleeper (pid 200) keeps 1.5 GiB on GPU 1, something else (pid 300) 2 GiB on GPU 0.
+FACTS = {
+    "gpus": [{"index": 0, "memory_total_bytes": 150754820096, "memory_used_bytes": 132 * GIB},
+             {"index": 1, "memory_total_bytes": 150754820096,
+              "memory_used_bytes": 131 * GIB + GIB // 2}],
+    "processes": [
+        {"pid": 100, "used_memory_bytes": 130 * GIB, "gpu_uuid": "GPU-a", "gpu_index": 0},
+        {"pid": 101, "used_memory_bytes": 130 * GIB, "gpu_uuid": "GPU-b", "gpu_index": 1},
+        {"pid": 200, "used_memory_bytes": GIB + GIB // 2, "gpu_uuid": "GPU-b", "gpu_index": 1},
+        {"pid": 300, "used_memory_bytes": 2 * GIB, "gpu_uuid": "GPU-a", "gpu_index": 0},
+    ],
+}
+
+
+def test_gpus_from_facts_takes_blues_own_memory_out():
+    assert ws.gpus_from_facts(FACTS, blue_pids=[100, 101]) == [
+        {"index": 0, "memory_total_bytes": 150754820096, "memory_used_bytes": 2 * GIB},
+        {"index": 1, "memory_total_bytes": 150754820096,
+         "memory_used_bytes": GIB + GIB // 2}]
+    with pytest.raises(ws.WarmSwitchError, match=r"gpu_facts lists no GPU"):
+        ws.gpus_from_facts({"gpus": []})
+
+
+def test_a_sleepers_residual_measured_per_process():
+    assert ws.measured_residual(FACTS, [200]) == GIB + GIB // 2
+    assert ws.measured_residual(FACTS, [999]) is None
