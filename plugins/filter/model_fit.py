@@ -1,6 +1,8 @@
 # Copyright (c) 2026 vllm-fleet contributors
 # SPDX-License-Identifier: Apache-2.0
-"""Filters model_fit, model_sizing, model_fit_table, model_fit_gpu: the fit in templates."""
+"""Filters model_fit, model_sizing, model_fit_table, model_fit_gpu, warm_switch_plan.
+
+The fit in templates, and the warm switch plan built on it."""
 
 from ansible.errors import AnsibleFilterError
 
@@ -46,6 +48,19 @@ def _model_fit_table(fits, names=None, title=None):
         raise AnsibleFilterError(f"model_fit_table wants model_fit reports: {exc}") from exc
 
 
+def _warm_switch_plan(fits, names, entries, fit_args, gpu_profile, settings=None):
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.model_fit import ModelFitError
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.warm_switch import (
+        WarmSwitchError,
+        plan_pairs,
+    )
+
+    try:
+        return plan_pairs(names, entries, fits, fit_args, gpu_profile, settings)
+    except (WarmSwitchError, ModelFitError, KeyError) as exc:
+        raise AnsibleFilterError(f"warm_switch_plan: {exc}") from exc
+
+
 class FilterModule:
     """vllm_fleet.fleet model fit filters."""
 
@@ -55,4 +70,5 @@ class FilterModule:
             "model_sizing": _model_sizing,
             "model_fit_gpu": _model_fit_gpu,
             "model_fit_table": _model_fit_table,
+            "warm_switch_plan": _warm_switch_plan,
         }

@@ -28,6 +28,7 @@ def _vllm_serve_argv(entry, vllm_bin, model_dir, host="127.0.0.1", model=None, a
             context=f"catalog entry {model}" if model else "catalog entry",
             aliases=[alias] if alias else [],
             node_args=node_serve_args(entry, node, model),
+            load_format=entry.get("load_format"),
         )
     except (KeyError, ValueError, TypeError) as exc:
         raise AnsibleFilterError(f"vllm_serve_argv: {exc}") from exc

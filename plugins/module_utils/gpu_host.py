@@ -50,6 +50,7 @@ FIXTURE_FILES = {
     "dev_nodes": "dev-nvidia.txt",
     "cuda_init": "cuda-init.json",
     "container": "container.txt",
+    "meminfo": "proc-meminfo.txt",  # the host's RAM (warm_switch.host_ram_for_sleepers)
 }
 TIMEOUT_EXIT = 124  # timeout(1)'s exit status when it killed the command
 RUN_KEYS = ("query_gpu", "xml", "topo", "compute_apps", "query_fabric", "topo_p2p_r")
@@ -142,6 +143,7 @@ class LiveHost:
             "proc_gpus": gpu_readers.PROC_GPUS_DIR,
             "sysfs_pci": gpu_readers.SYSFS_PCI_DEVICES,
             "cmdline": "/proc/cmdline",
+            "meminfo": "/proc/meminfo",
             "iommu_groups": "/sys/kernel/iommu_groups",
             "dev": "/dev",
             **(paths or {}),
@@ -202,6 +204,7 @@ class LiveHost:
             "lspci_vvv": self._lspci_vvv,
             "pci_acs": lambda: gpu_fabric.read_sysfs_acs(self._bridges(), p["sysfs_pci"]),
             "cmdline": lambda: self._file(p["cmdline"]),
+            "meminfo": lambda: self._file(p["meminfo"]),
             "iommu": lambda: gpu_fabric.read_iommu(
                 self.gpu_slots, p["iommu_groups"], p["sysfs_pci"]
             ),

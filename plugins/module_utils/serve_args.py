@@ -128,6 +128,18 @@ ROLE_VALUE_KINDS = {
 }
 
 
+# vLLM's --load-format values: LoadFormats in vllm/model_executor/model_loader/
+# __init__.py (vllm-project/vllm at e9234694f494: auto, bitsandbytes, dummy,
+# fastsafetensors, gguf, mistral, npcache, pt, runai_streamer,
+# runai_streamer_sharded, safetensors, sharded_state, tensorizer) and
+# "instanttensor", added later (LoadConfig's list in vllm/config/load.py at
+# 030eb6656cb2; vllm-project/vllm pull request 36139). "dummy" is left out: it
+# serves random weights ("mainly for profiling"). "auto" writes no flag.
+LOAD_FORMATS = ("auto", "bitsandbytes", "fastsafetensors", "gguf", "instanttensor", "mistral",
+                "npcache", "pt", "runai_streamer", "runai_streamer_sharded", "safetensors",
+                "sharded_state", "tensorizer")
+
+
 class UnitValueError(ValueError):
     """A value cannot be written into a systemd unit as it is."""
 
@@ -269,10 +281,12 @@ def served_names(served_model_name, aliases=None):
 
 def vllm_serve_argv(vllm_bin, model_dir, served_model_name, port, options=None,
                     extra_args=None, host="127.0.0.1", context="catalog entry", aliases=None,
-                    node_args=None):
+                    node_args=None, load_format=None):
     """The full `vllm serve` argv for one model server.
 
     `aliases`: stable names the server also answers to (served_names()).
+    `load_format`: the entry's load_format field (load_format_argv()), after the
+    serve options; `serve.load_format` is refused (one place sets it).
     `node_args`: a multi-node replica's arguments for this host (--nnodes,
     --node-rank, --master-addr, --master-port, --headless on workers; from
     module_utils/multinode.py), after the serve options and before extra_args;
@@ -298,7 +312,12 @@ def vllm_serve_argv(vllm_bin, model_dir, served_model_name, port, options=None,
             option_flag(key)
         except ValueError as exc:
             raise ValueError(f"{context}: serve: {exc}") from None
+    if "load_format" in options:
+        raise UnitValueError(f"{context}: serve.load_format is set; use the entry's load_format "
+                             "field (checked against vLLM's values, set per GPU profile)")
     node_words = [("replica layout", [str(arg) for arg in node_args])] if node_args else []
+    load_words = load_format_argv(load_format, context)
+    node_words = ([("load_format", load_words)] if load_words else []) + node_words
     catalog = [(f"serve.{key}", _option_words(option_flag(key), value))
                for key, value in options.items()]
     catalog.extend((f"extra_args[{index}]", [str(arg)])
@@ -313,6 +332,21 @@ def vllm_serve_argv(vllm_bin, model_dir, served_model_name, port, options=None,
         options, [(field, words[1:]) for field, words in catalog[:len(options)]]
         + catalog[len(options):]))
     return argv
+
+
+def load_format_argv(load_format, context="catalog entry"):
+    """The entry's load_format as argv words: none for absent or auto, else --load-format X."""
+    if load_format in (None, "", "auto"):
+        return []
+    if load_format == "dummy":
+        raise UnitValueError(
+            f"{context}: load_format 'dummy' makes vLLM serve random weights (it is for "
+            "profiling); wanted one of " + ", ".join(LOAD_FORMATS))
+    if load_format not in LOAD_FORMATS:
+        raise UnitValueError(
+            f"{context}: load_format must be one of vLLM's {', '.join(LOAD_FORMATS)}; "
+            f"got {load_format!r}")
+    return ["--load-format", load_format]
 
 
 def _checked(context, field, value):
@@ -444,7 +478,8 @@ def check_request(model, entry, settings, host="127.0.0.1", alias=""):
                             effective.get("served_model_name"),
                             int(port) if isinstance(port, str) and port.isdigit() else port,
                             effective.get("serve") or {}, effective.get("extra_args") or [],
-                            host=host, context=context, aliases=[alias] if alias else [])
+                            host=host, context=context, aliases=[alias] if alias else [],
+                            load_format=effective.get("load_format"))
         except ValueError as exc:
             message = str(exc)
             if label and message.startswith(f"catalog entry {model_text}: "):
@@ -469,6 +504,9 @@ def check_unit_inputs(model, entry, settings):
         if entry.get(field) is not None:
             _checked(context, field, entry[field])
     _check_gpus(context, entry.get("gpus") or [])
+    if entry.get("switch_mode") not in (None, "cold", "warm"):
+        raise UnitValueError(f"{context}: switch_mode must be cold or warm, got "
+                             f"{entry['switch_mode']!r}")
     env = entry.get("env") or {}
     if not isinstance(env, dict):
         raise UnitValueError(f"{context}: env must be a mapping, got {env!r}")

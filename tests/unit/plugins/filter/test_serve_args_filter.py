@@ -115,3 +115,20 @@ def test_unit_value_filters_raise_filter_errors_that_name_the_filter(name, args,
 def test_unit_check_returns_the_entry_for_the_template():
     entry = {"served_model_name": "m", "port": 8001, "gpus": [0]}
     assert FILTERS["vllm_unit_check"](entry, "tiny_gqa", {"vllm_service_home": "/v"}) is entry
+
+
+def test_the_entry_load_format_and_a_profile_override_reach_exec_start():
+    """The unit's ExecStart= gets --load-format from the entry as served on the GPU
+    (catalog_profile merges a profile's load_format over the entry's)."""
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.catalog_profile import (
+        catalog_profile,
+    )
+
+    entry = {"served_model_name": "m", "port": 8001, "serve": {},
+             "profiles": {"sm90": {"load_format": "instanttensor"}}}
+    hopper = catalog_profile(entry, "9.0")["entry"]
+    blackwell = catalog_profile(entry, "12.0")["entry"]
+    argv = FILTERS["vllm_serve_argv"](hopper, VLLM, "/srv/models/m")
+    assert argv[-2:] == ["--load-format", "instanttensor"]
+    assert "--load-format" not in FILTERS["vllm_serve_argv"](blackwell, VLLM, "/srv/models/m")
+    assert FILTERS["systemd_exec_line"](argv).endswith(" --load-format instanttensor")

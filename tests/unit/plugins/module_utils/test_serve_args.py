@@ -7,6 +7,7 @@ import re
 import pytest
 import yaml
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.serve_args import (
+    LOAD_FORMATS,
     PRODUCT_UNITS,
     ProductOwnedError,
     UnitValueError,
@@ -554,3 +555,69 @@ def test_the_request_check_names_the_profile_that_sets_an_owned_value():
         check_request("tiny_gqa", entry, SETTINGS)
     with pytest.raises(UnitValueError, match=r"would name its unit vllm-fleet-probe\.service"):
         check_request("fleet-probe", ENTRY, SETTINGS)
+
+
+# --load-format (issue 35, item 5): vLLM's values are LoadFormats in
+# vllm-project/vllm:vllm/model_executor/model_loader/__init__.py (e9234694f494) plus
+# "instanttensor" (vllm/config/load.py at 030eb6656cb2, pull request 36139).
+def test_load_format_renders_after_the_serve_options_and_auto_writes_nothing():
+    base = ["/v", "serve", "/m", "--host", "127.0.0.1", "--port", "8001",
+            "--served-model-name", "m", "--enable-server-load-tracking",
+            "--tensor-parallel-size", "8"]
+    argv = vllm_serve_argv("/v", "/m", "m", 8001, {"tensor_parallel_size": 8},
+                           ["--seed", "0"], load_format="instanttensor")
+    assert argv == [*base, "--load-format", "instanttensor", "--seed", "0"]
+    for none in (None, "", "auto"):
+        assert vllm_serve_argv("/v", "/m", "m", 8001, {"tensor_parallel_size": 8},
+                               load_format=none) == base
+
+
+@pytest.mark.parametrize(("value", "why"), [
+    ("dummy", r"load_format 'dummy' makes vLLM serve random weights"),
+    ("fast", r"load_format must be one of vLLM's auto, bitsandbytes, .*; got 'fast'"),
+])
+def test_load_format_refused_values(value, why):
+    with pytest.raises(UnitValueError, match=rf"^catalog entry x: {why}"):
+        vllm_serve_argv("/v", "/m", "m", 8001, load_format=value, context="catalog entry x")
+
+
+def test_serve_load_format_is_refused_for_the_field():
+    with pytest.raises(UnitValueError, match=r"serve.load_format is set; use the entry's "
+                                             r"load_format field"):
+        vllm_serve_argv("/v", "/m", "m", 8001, {"load_format": "pt"})
+
+
+def test_request_check_refuses_a_profile_load_format_vllm_does_not_know():
+    entry = {"served_model_name": "m", "port": 8001, "load_format": "safetensors",
+             "profiles": {"sm90": {"load_format": "instant"}}}
+    with pytest.raises(UnitValueError, match=r"^catalog entry m \(profile sm90\): load_format "
+                                             r"must be one of"):
+        check_request("m", entry, {})
+    entry["profiles"]["sm90"]["load_format"] = "instanttensor"
+    assert check_request("m", entry, {}) is entry
+
+
+def test_no_catalog_model_sets_a_load_format_and_the_specs_choices_are_vllms():
+    """No source supports a load format for a catalog model on its hardware yet
+    (docs/catalog-sources.md): every entry and profile keeps auto (no flag)."""
+    catalog = yaml.safe_load(CATALOG.read_text())["vllm_fleet_catalog"]
+    for name, entry in catalog.items():
+        assert "load_format" not in entry, name
+        for profile in (entry.get("profiles") or {}).values():
+            assert "load_format" not in profile, name
+    specs = yaml.safe_load((ROOT / "roles/vllm_model/meta/argument_specs.yml").read_text())
+    field = specs["argument_specs"]["main"]["options"]["vllm_model_entry"]["options"][
+        "load_format"]
+    assert tuple(field["choices"]) == LOAD_FORMATS
+
+
+def test_a_profiles_switch_mode_is_checked_like_the_entrys():
+    """The typed spec checks the entry's switch_mode; a GPU profile's reaches the unit
+    checks through check_request (each profile merged over the entry)."""
+    entry = {"served_model_name": "m", "port": 8001, "switch_mode": "warm",
+             "profiles": {"sm120": {"switch_mode": "hot"}}}
+    with pytest.raises(UnitValueError, match=r"^catalog entry m \(profile sm120\): switch_mode "
+                                             r"must be cold or warm, got 'hot'"):
+        check_request("m", entry, {})
+    entry["profiles"]["sm120"]["switch_mode"] = "cold"
+    assert check_request("m", entry, {}) is entry

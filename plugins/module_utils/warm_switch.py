@@ -1,0 +1,535 @@
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
+"""Whether a switch can be warm (blue sleeps instead of stopping), at which level, and why.
+
+Plain functions taking their inputs as parameters (the host object for
+/proc/meminfo, GPU memory, fit reports, a refit callable); standard library
+only. The switch itself (item 1 of issue 35) is not here: this is the plan.
+
+vLLM's sleep mode (``--enable-sleep-mode``):
+
+* level 1 copies each GPU's weights to pinned host memory and frees the GPU
+  memory of weights and KV cache; a plain ``/wake_up`` copies them back. It
+  needs host RAM for all of blue's weights over its GPUs (the replicated ones
+  once per GPU) while blue sleeps, beside every other level-1 sleeper's;
+* level 2 discards the weights; waking rereads them from disk
+  (``reload_weights``) but skips process start, compilation, graph capture and
+  KV profiling. It needs no host RAM.
+
+Each sleeper keeps a residual on each of its GPUs (CUDA context, allocator,
+NCCL and custom all-reduce buffers). The default (sleep_residual_bytes) is the
+larger of the published 1.20 GiB a sleeping small model kept in use (vLLM
+production-stack, tutorial 19) and 0.6 GiB of CUDA context (measured on an
+H200 with torch alone, issue 35) plus the fit's non-torch term for the
+sleeper's layout (fit_overhead.NON_TORCH_BYTES, NON_TORCH_TP_BYTES: NCCL and
+all-reduce buffers with tensor parallel > 1), which a sleeping process keeps:
+1.20 GiB on one GPU, 1.77 GiB per GPU with tensor parallel. An operator who
+measured it (nvidia-smi's per-process memory of a sleeper) sets
+vllm_fleet_sleep_residual_bytes_per_gpu instead.
+
+vLLM refuses a start whose requested share exceeds the free memory:
+request_memory() in vllm/v1/worker/utils.py (vllm-project/vllm at
+0027b02769fb) asks for ceil(torch's total x gpu_memory_utilization) and raises
+"Free memory on device ... on startup is less than desired GPU memory
+utilization (...). Decrease GPU memory utilization or reduce GPU memory used
+by other processes." when the free memory is smaller. Green starting beside a
+sleeper therefore gets its gpu_memory_utilization lowered by the residual on
+every GPU a sleeper shares with it (so the GPU's total use stays within the
+share the catalog gave, the 1 - share headroom untouched), its fit is worked
+out again at that share (model_fit), and vLLM's check is applied per GPU.
+"""
+
+import math
+from decimal import ROUND_FLOOR, Decimal
+
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils import fit_overhead
+
+GIB = 1024**3
+KIB = 1024
+# A process holding only a CUDA context on an H200, torch alone (issue 35's measurement).
+CUDA_CONTEXT_BYTES = int(Decimal("0.6") * GIB)
+# What a sleeping small model kept in use (vLLM production-stack, tutorial 19).
+PUBLISHED_SLEEPER_BYTES = int(Decimal("1.20") * GIB)
+# Host RAM kept for everything but pinned weights (green's own processes: API
+# server, engine core, one worker per GPU; the OS): a chosen margin, not a
+# measured figure (vllm_fleet_warm_host_reserve_bytes).
+DEFAULT_HOST_RESERVE_BYTES = 32 * GIB
+SWITCH_MODES = ("cold", "warm")
+# The share is floored to this many decimals (vLLM takes any float in (0, 1]).
+SHARE_DECIMALS = Decimal("0.0001")
+
+
+class WarmSwitchError(ValueError):
+    """An input is malformed; the message names what was wanted and what was found."""
+
+
+def _gib(value):
+    return f"{value / GIB:,.2f} GiB"
+
+
+def _int(value, name):
+    if isinstance(value, bool):
+        raise WarmSwitchError(f"{name} must be a number of bytes, got {value!r}")
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise WarmSwitchError(f"{name} must be a number of bytes, got {value!r}") from None
+    if number < 0:
+        raise WarmSwitchError(f"{name} must not be negative, got {value!r}")
+    return number
+
+
+def parse_meminfo(text):
+    """{field: bytes} from /proc/meminfo ("MemAvailable:   12345 kB")."""
+    fields = {}
+    for line in (text or "").splitlines():
+        name, _sep, rest = line.partition(":")
+        words = rest.split()
+        if not words or not words[0].isdigit():
+            continue
+        unit = words[1].lower() if len(words) > 1 else ""
+        fields[name.strip()] = int(words[0]) * (KIB if unit == "kb" else 1)
+    return fields
+
+
+def host_ram_for_sleepers(host, reserve_bytes=DEFAULT_HOST_RESERVE_BYTES):
+    """Host RAM a level-1 sleeper may pin on a real host: MemAvailable less the reserve.
+
+    host: an object whose read("meminfo") returns /proc/meminfo's text (gpu_host's
+    LiveHost or FixtureHost). Pinned memory of sleepers already asleep is not in
+    MemAvailable, so it is not subtracted again. Returns {"mem_available_bytes",
+    "reserve_bytes", "available_bytes"}; raises WarmSwitchError when MemAvailable
+    cannot be read."""
+    text = host.read("meminfo")
+    fields = parse_meminfo(text)
+    if "MemAvailable" not in fields:
+        found = sorted(fields)[:6] if fields else "nothing"
+        raise WarmSwitchError(
+            f"/proc/meminfo: wanted a MemAvailable line (kernel 3.14 or later), found {found}")
+    reserve = _int(reserve_bytes, "vllm_fleet_warm_host_reserve_bytes")
+    return {"mem_available_bytes": fields["MemAvailable"], "reserve_bytes": reserve,
+            "available_bytes": max(0, fields["MemAvailable"] - reserve)}
+
+
+def sleep_residual_bytes(tensor_parallel_size, override=None):
+    """(bytes per GPU a sleeper of this layout keeps, where the figure comes from)."""
+    if override not in (None, ""):
+        return (_int(override, "vllm_fleet_sleep_residual_bytes_per_gpu"),
+                "vllm_fleet_sleep_residual_bytes_per_gpu")
+    non_torch = fit_overhead.NON_TORCH_BYTES + (
+        fit_overhead.NON_TORCH_TP_BYTES if int(tensor_parallel_size) > 1 else 0)
+    modelled = CUDA_CONTEXT_BYTES + non_torch
+    if modelled > PUBLISHED_SLEEPER_BYTES:
+        return modelled, (f"CUDA context {_gib(CUDA_CONTEXT_BYTES)} + non-torch "
+                          f"{_gib(non_torch)} (TP{tensor_parallel_size})")
+    return PUBLISHED_SLEEPER_BYTES, "1.20 GiB published (production-stack tutorial 19)"
+
+
+def switch_mode(entry, fleet_default="cold"):
+    """The entry's switch_mode, else the fleet's; refuses anything but cold or warm."""
+    mode = (entry or {}).get("switch_mode")
+    source = "switch_mode"
+    if mode in (None, ""):
+        mode, source = fleet_default, "vllm_fleet_switch_mode"
+    if mode not in SWITCH_MODES:
+        raise WarmSwitchError(f"{source} must be one of {', '.join(SWITCH_MODES)}, got {mode!r}")
+    return mode
+
+
+def _per_gpu_process_bytes(gpu_facts, pids):
+    """{GPU index: bytes the processes `pids` use there}, from gpu_facts' processes
+    (nvidia-smi --query-compute-apps: pid, used_memory, the GPU)."""
+    wanted = {int(pid) for pid in pids or ()}
+    used = {}
+    for proc in (gpu_facts or {}).get("processes") or []:
+        if int(proc.get("pid", -1)) in wanted and proc.get("gpu_index") is not None:
+            index = int(proc["gpu_index"])
+            used[index] = used.get(index, 0) + int(proc.get("used_memory_bytes") or 0)
+    return used
+
+
+def gpus_from_facts(gpu_facts, blue_pids=()):
+    """gpu_facts' GPUs as plan_switch wants them, on a real host.
+
+    memory_used_bytes is nvidia-smi's memory.used less what blue's own processes
+    (blue_pids: its unit's processes) hold, since blue's sleep frees that and the
+    plan adds blue's residual back; a sleeper already on the host stays in it at
+    what nvidia-smi measured."""
+    blue = _per_gpu_process_bytes(gpu_facts, blue_pids)
+    gpus = []
+    for gpu in (gpu_facts or {}).get("gpus") or []:
+        index = int(gpu["index"])
+        used = _int(gpu.get("memory_used_bytes") or 0, f"GPU {index} memory_used_bytes")
+        gpus.append({"index": index, "memory_total_bytes": gpu.get("memory_total_bytes"),
+                     "memory_used_bytes": max(0, used - blue.get(index, 0))})
+    if not gpus:
+        raise WarmSwitchError("gpu_facts lists no GPU (gpus is empty): nothing to plan on")
+    return gpus
+
+
+def measured_residual(gpu_facts, sleeper_pids):
+    """The residual a sleeping model holds, measured: the most its processes use on any
+    one GPU (nvidia-smi's per-process memory), or None when none of them is listed."""
+    used = _per_gpu_process_bytes(gpu_facts, sleeper_pids)
+    return max(used.values()) if used else None
+
+
+def served_model(name, entry, fit, mode):
+    """What the plan needs of one served model: its entry (as served) and its fit report."""
+    entry = entry or {}
+    fit = fit or {}
+    gpus = [int(g) for g in entry.get("gpus") or []]
+    needed = int(fit.get("gpus_needed") or len(gpus) or 0)
+    serve = entry.get("serve") or {}
+    tp = int(fit.get("tensor_parallel_size") or serve.get("tensor_parallel_size") or 1)
+    return {
+        "name": name,
+        "repo_id": entry.get("repo_id"),
+        "revision": entry.get("revision"),
+        "switch_mode": mode,
+        "nodes": int(entry.get("nodes") or 1),
+        "gpus": gpus or list(range(needed)),
+        "gpus_needed": needed,
+        "tensor_parallel_size": tp,
+        "pipeline_parallel_size": int(fit.get("pipeline_parallel_size")
+                                      or serve.get("pipeline_parallel_size") or 1),
+        "gpu_memory_utilization": float(fit.get("gpu_memory_utilization")
+                                        or serve.get("gpu_memory_utilization") or 0.9),
+        "weights_bytes_per_gpu": fit.get("weights_bytes_per_gpu"),
+        "sized": bool(fit.get("sized", bool(fit))),
+    }
+
+
+def pinned_bytes(model):
+    """Host RAM level 1 pins for this model: its weights on each of its GPUs."""
+    return int(model["weights_bytes_per_gpu"]) * int(model["gpus_needed"])
+
+
+def _cold_reason(blue, green, standby_max):  # noqa: PLR0911 - one reason per rule
+    if green["switch_mode"] != "warm":
+        return (f"switch mode of {green['name']} is cold (its switch_mode, else "
+                "vllm_fleet_switch_mode)")
+    if blue["switch_mode"] != "warm":
+        return (f"{blue['name']} runs without sleep mode (its switch mode is cold): it cannot "
+                "sleep, so it is stopped")
+    if blue["name"] == green["name"]:
+        return ("a revision update of the same model: out of scope of warm switches (the new "
+                "revision needs a new process)")
+    for model in (blue, green):
+        if model["nodes"] > 1:
+            return (f"{model['name']} is a multi-node replica ({model['nodes']} hosts): "
+                    "out of scope of warm switches")
+    if int(standby_max) < 1:
+        return "vllm_fleet_warm_standby_max is 0: no sleeper may stay on the host"
+    for model in (blue, green):
+        if not model["sized"] or model["weights_bytes_per_gpu"] in (None, ""):
+            return f"{model['name']} is not sized (no fit): its memory cannot be planned"
+    return None
+
+
+def _floor_share(value):
+    return float(Decimal(str(value)).quantize(SHARE_DECIMALS, rounding=ROUND_FLOOR))
+
+
+def _gpu_list(gpus):
+    by_index = {}
+    for item in gpus or []:
+        index = int(item.get("index", len(by_index)))
+        total = _int(item.get("memory_total_bytes"), f"GPU {index} memory_total_bytes")
+        used = _int(item.get("memory_used_bytes") or 0, f"GPU {index} memory_used_bytes")
+        by_index[index] = {"index": index, "memory_total_bytes": total,
+                           "memory_used_bytes": used,
+                           "torch_total_bytes": total - fit_overhead.driver_reserve_bytes(total)}
+    return by_index
+
+
+def _ranges(indices):
+    """[0, 1, 2, 5] -> '0-2, 5'."""
+    out, run = [], []
+    for index in sorted(indices):
+        if run and index == run[-1] + 1:
+            run.append(index)
+            continue
+        if run:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [index]
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ", ".join(out)
+
+
+def vllm_free_memory_check(torch_total, free, share):
+    """vLLM's request_memory(): (requested bytes, bytes short or 0)."""
+    requested = math.ceil(torch_total * share)
+    return requested, max(0, requested - free)
+
+
+def _gpu_checks(green, gpus, residuals, share):
+    """Per GPU of green: vLLM's free-memory check at this share, with the sleepers' residuals."""
+    checks = []
+    for index in green["gpus"]:
+        if index not in gpus:
+            raise WarmSwitchError(
+                f"{green['name']} wants GPU {index}; the GPU memory given covers "
+                f"{sorted(gpus) or 'no GPU'}")
+        gpu = gpus[index]
+        resident = residuals.get(index, 0)
+        free = gpu["torch_total_bytes"] - gpu["memory_used_bytes"] - resident
+        requested, short = vllm_free_memory_check(gpu["torch_total_bytes"], free, share)
+        checks.append({"index": index, "residual_bytes": resident, "free_bytes": free,
+                       "requested_bytes": requested, "short_bytes": short})
+    return checks
+
+
+def _host_level(blue, host_ram_bytes, reserve_bytes, other_pinned):
+    """(level, host dict, reason) for blue's sleep."""
+    need = pinned_bytes(blue)
+    host = {"needed_bytes": need, "ram_bytes": host_ram_bytes, "reserve_bytes": reserve_bytes,
+            "other_pinned_bytes": other_pinned, "available_bytes": None, "short_bytes": None}
+    if host_ram_bytes in (None, ""):
+        return 2, host, ("host memory not known (no host_memory_bytes in the hardware profile, "
+                         "no /proc/meminfo read): level 2 needs none")
+    available = max(0, _int(host_ram_bytes, "host memory") - reserve_bytes - other_pinned)
+    host["available_bytes"] = available
+    if available >= need:
+        return 1, host, (f"host RAM for level 1: {blue['name']}'s weights {_gib(need)} pinned, "
+                         f"{_gib(available)} free for it")
+    host["short_bytes"] = need - available
+    beside = f" beside {_gib(other_pinned)} already pinned" if other_pinned else ""
+    return 2, host, (f"host RAM short by {_gib(need - available)} for level 1 ({blue['name']}'s "
+                     f"weights {_gib(need)}, {_gib(available)} free{beside}): level 2, its "
+                     f"wake rereads the weights from disk")
+
+
+def _sleepers(blue, green, residual, sleepers):
+    """(residual bytes per GPU index, host RAM pinned by others) once blue sleeps."""
+    residuals = dict.fromkeys(blue["gpus"], residual)
+    other_pinned = 0
+    for sleeper in sleepers:
+        for index in sleeper["gpus"]:
+            residuals[index] = residuals.get(index, 0) + int(sleeper["residual_bytes_per_gpu"])
+        if sleeper.get("asleep") == 1:
+            other_pinned += pinned_bytes(sleeper)
+    if green.get("asleep") == 1:
+        other_pinned += pinned_bytes(green)  # pinned until green wakes, after blue sleeps
+    return residuals, other_pinned
+
+
+def _green_share(green, residuals, gpu_map):
+    """A waking green keeps its share; a starting one gets the catalog's less the residual."""
+    if green.get("asleep"):
+        return float(green.get("share") or green["gpu_memory_utilization"])
+    lowered = [green["gpu_memory_utilization"]
+               - residuals.get(i, 0) / gpu_map[i]["torch_total_bytes"]
+               for i in green["gpus"] if i in gpu_map]
+    return _floor_share(min(lowered or [green["gpu_memory_utilization"]]))
+
+
+def _refit_green(plan, green, fit):
+    """Keep green's fit at the lowered share; a fit that fails is a reason in GiB."""
+    share = plan["share"]
+    plan["fit"] = {"fits": bool(fit.get("fits")), "verdict": fit.get("verdict"),
+                   "margin_bytes_per_gpu": fit.get("margin_bytes_per_gpu"),
+                   "kv_cache_tokens": fit.get("kv_cache_tokens")}
+    if fit.get("fits"):
+        return
+    margin = fit.get("margin_bytes_per_gpu")
+    if isinstance(margin, int) and margin < 0:
+        plan["reasons"].append(
+            f"GPU {_ranges(green['gpus'])} short by {_gib(-margin)} each: "
+            f"{green['name']} does not fit at gpu_memory_utilization {share} "
+            f"({fit.get('verdict')})")
+    else:
+        plan["reasons"].append(f"{green['name']} does not fit at gpu_memory_utilization "
+                               f"{share}: {fit.get('verdict')}")
+
+
+def plan_switch(blue, green, *, gpus, host_ram_bytes=None,
+                reserve_bytes=DEFAULT_HOST_RESERVE_BYTES, residual_bytes_per_gpu=None,
+                standby_max=1, sleepers=(), refit=None):
+    """The plan of one switch from blue (serving) to green.
+
+    blue, green: served_model() dicts. green may carry ``asleep`` (its level, 1 or 2)
+    and ``share`` (the gpu_memory_utilization it runs with) when it sleeps from an
+    earlier switch: it then wakes instead of starting, and keeps its share.
+    gpus: [{index, memory_total_bytes, memory_used_bytes}] - used: what processes
+    other than blue and the sleepers listed hold (0 in a plan without a host).
+    host_ram_bytes: host RAM before the reserve (MemAvailable on a host,
+    host_memory_bytes in a plan; None: not known). sleepers: models asleep besides
+    green, with ``asleep`` and ``residual_bytes_per_gpu`` (their pinned weights
+    counted against host RAM when asleep at level 1). refit(share): green's fit
+    report at that gpu_memory_utilization (model_fit), called when green starts.
+
+    Returns {"mode": "warm"|"cold", "level", "reasons", "residual_bytes_per_gpu",
+    "residual_source", "share", "catalog_share", "gpu_checks", "fit", "host",
+    "green_wakes", "summary"}.
+    """
+    reserve = _int(reserve_bytes, "vllm_fleet_warm_host_reserve_bytes")
+    plan = {"blue": blue["name"], "green": green["name"], "mode": "cold", "level": None,
+            "reasons": [], "residual_bytes_per_gpu": None, "residual_source": None,
+            "catalog_share": green["gpu_memory_utilization"], "share": None,
+            "gpu_checks": [], "fit": None, "host": None,
+            "green_wakes": bool(green.get("asleep"))}
+    why_cold = _cold_reason(blue, green, standby_max)
+    if why_cold:
+        plan["reasons"].append(why_cold)
+        return _summarise(plan)
+    residual, source = sleep_residual_bytes(blue["tensor_parallel_size"], residual_bytes_per_gpu)
+    plan["residual_bytes_per_gpu"], plan["residual_source"] = residual, source
+    residuals, other_pinned = _sleepers(blue, green, residual, sleepers)
+    gpu_map = _gpu_list(gpus)
+    share = _green_share(green, residuals, gpu_map)
+    plan["share"] = share
+    if share <= 0:
+        plan["reasons"].append(f"gpu_memory_utilization of {green['name']} would be {share}")
+        return _summarise(plan)
+    plan["gpu_checks"] = _gpu_checks(green, gpu_map, residuals, share)
+    short = [c for c in plan["gpu_checks"] if c["short_bytes"]]
+    plan["reasons"].extend(
+        f"GPU {check['index']} short by {_gib(check['short_bytes'])}: vLLM's free-memory "
+        f"check wants {_gib(check['requested_bytes'])} "
+        f"({green['name']} at {share}), {_gib(check['free_bytes'])} free beside "
+        f"{_gib(check['residual_bytes'])} of sleepers" for check in short)
+    if not green.get("asleep") and refit is not None and not short:
+        _refit_green(plan, green, refit(share))
+    if plan["reasons"]:
+        return _summarise(plan)
+    level, host, why = _host_level(blue, host_ram_bytes, reserve, other_pinned)
+    plan.update(mode="warm", level=level, host=host)
+    plan["reasons"].append(why)
+    return _summarise(plan)
+
+
+def _summarise(plan):
+    """plan["summary"] (one line) and plan["lines"] (the step's lines for plan.yml)."""
+    head = f"{plan['blue']} -> {plan['green']}"
+    if plan["mode"] == "cold":
+        plan["summary"] = f"{head}: COLD: " + "; ".join(plan["reasons"])
+        plan["lines"] = [f"{head}: COLD"] + [f"  why:   {reason}" for reason in plan["reasons"]]
+        return plan
+    blue_text = (f"{plan['blue']} sleeps at level {plan['level']} ("
+                 + ("weights pinned in host RAM" if plan["level"] == 1
+                    else "weights discarded, reread from disk at its wake") + ")")
+    if plan["green_wakes"]:
+        green_text = (f"{plan['green']} wakes (its own level's sequence) with the "
+                      f"gpu_memory_utilization it started with, {plan['share']}")
+    else:
+        green_text = (f"{plan['green']} starts at gpu_memory_utilization {plan['share']} "
+                      f"(catalog {plan['catalog_share']}, less the sleepers' residual)")
+    fit = plan["fit"]
+    if fit:
+        margin = fit["margin_bytes_per_gpu"]
+        green_text += f": fits ({'+' if margin >= 0 else '-'}{_gib(abs(margin))}/GPU)"
+    plan["summary"] = f"{head}: WARM, level {plan['level']}: {blue_text}; {green_text}"
+    plan["lines"] = [f"{head}: WARM, level {plan['level']}", f"  blue:  {blue_text}",
+                     f"  host:  {plan['reasons'][-1]}", f"  green: {green_text}"]
+    for check in plan["gpu_checks"][:1]:
+        same = "each of GPUs " + _ranges(c["index"] for c in plan["gpu_checks"])
+        what = ("room for its wake" if plan["green_wakes"]
+                else "vLLM's free-memory check (request_memory)")
+        plan["lines"].append(
+            f"  GPUs:  {what} on {same}: wants "
+            f"{_gib(check['requested_bytes'])}, {_gib(check['free_bytes'])} free beside "
+            f"{_gib(check['residual_bytes'])} of sleepers' residual ({plan['residual_source']})")
+    return plan
+
+
+def plan_back_and_forth(first, second, *, gpus, host_ram_bytes=None,
+                        reserve_bytes=DEFAULT_HOST_RESERVE_BYTES, residual_bytes_per_gpu=None,
+                        standby_max=1, refit=None):
+    """Three switches, as a team switching between two models does: first -> second
+    (second starts), second -> first (first wakes), first -> second (second wakes).
+
+    refit(name, share): that model's fit at the share. Each step carries what the
+    one before left asleep (its level, pinned host RAM and residual)."""
+    state = {first["name"]: dict(first), second["name"]: dict(second)}
+    steps = []
+    for blue_name, green_name, label in ((first["name"], second["name"], "first switch"),
+                                         (second["name"], first["name"], "return"),
+                                         (first["name"], second["name"], "return")):
+        blue, green = state[blue_name], state[green_name]
+        plan = plan_switch(
+            {k: v for k, v in blue.items() if k not in ("asleep", "share")}, green,
+            gpus=gpus, host_ram_bytes=host_ram_bytes, reserve_bytes=reserve_bytes,
+            residual_bytes_per_gpu=residual_bytes_per_gpu, standby_max=standby_max,
+            refit=(lambda share, name=green_name: refit(name, share)) if refit else None)
+        plan["step"] = label
+        steps.append(plan)
+        if plan["mode"] == "warm":
+            blue["asleep"] = plan["level"]
+            blue.setdefault("share", blue["gpu_memory_utilization"])
+            green.pop("asleep", None)
+            green["share"] = plan["share"]
+        else:
+            blue.pop("asleep", None)
+            blue.pop("share", None)
+            green.pop("asleep", None)
+            green["share"] = green["gpu_memory_utilization"]
+    return steps
+
+
+def render_lines(steps, title=None):
+    """Lines for plan.yml: per switch, the mode and level, then why in numbers."""
+    lines = [title] if title else []
+    for plan in steps:
+        first, *rest = plan["lines"]
+        lines.append(f"{plan.get('step', 'switch')}: {first}")
+        lines.extend(rest)
+    return lines
+
+
+def profile_gpus(gpu_profile):
+    """A hardware profile's GPUs as plan_switch wants them: none used."""
+    profile = gpu_profile or {}
+    count = _int(profile.get("count"), "hardware profile count")
+    total = _int(profile.get("memory_total_bytes"), "hardware profile memory_total_bytes")
+    return [{"index": i, "memory_total_bytes": total, "memory_used_bytes": 0}
+            for i in range(count)]
+
+
+def plan_pairs(names, entries, fits, fit_args, gpu_profile, settings=None):
+    """plan.yml's warm switch plan: for each pair of the models (in the order given)
+    whose switch mode is warm on either side, plan_back_and_forth on the profile.
+
+    entries: {name: the entry as served on the profile (catalog_profile's entry)};
+    fits: {name: model_fit report}; fit_args: {name: {"config", "kwargs"}} as the fit
+    was called (fit.yml's __vllm_model_fit_args); settings: switch_mode (the fleet's),
+    standby_max, residual_bytes_per_gpu, reserve_bytes, host_memory_bytes.
+    Returns the lines to show (none when no pair is warm)."""
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.model_fit import size_model
+
+    settings = settings or {}
+    fleet_mode = settings.get("switch_mode") or "cold"
+    models = {name: served_model(name, entries[name], fits.get(name),
+                                 switch_mode(entries[name], fleet_mode)) for name in names}
+
+    def refit(name, share):
+        args = fit_args[name]
+        kwargs = dict(args.get("kwargs") or {})
+        kwargs["serve"] = dict(kwargs.get("serve") or {}, gpu_memory_utilization=share)
+        return size_model(args.get("config"), **kwargs)
+
+    host = settings.get("host_memory_bytes")
+    reserve = settings.get("reserve_bytes")
+    reserve = DEFAULT_HOST_RESERVE_BYTES if reserve in (None, "") else _int(reserve, "reserve")
+    gpus = profile_gpus(gpu_profile)
+    lines = []
+    ordered = list(names)
+    for i, first in enumerate(ordered):
+        for second in ordered[i + 1:]:
+            if "warm" not in (models[first]["switch_mode"], models[second]["switch_mode"]):
+                continue
+            steps = plan_back_and_forth(
+                models[first], models[second], gpus=gpus,
+                host_ram_bytes=None if host in (None, "") else _int(host, "host_memory_bytes"),
+                reserve_bytes=reserve,
+                residual_bytes_per_gpu=settings.get("residual_bytes_per_gpu"),
+                standby_max=settings.get("standby_max", 1), refit=refit)
+            host_text = ("not known" if host in (None, "") else
+                         f"{_gib(_int(host, 'host_memory_bytes'))} less a reserve of "
+                         f"{_gib(reserve)}")
+            lines.append(f"Warm switches {first} <-> {second}: host memory {host_text}; "
+                         f"at most {settings.get('standby_max', 1)} sleeper(s) per host")
+            lines.extend(render_lines(steps))
+            lines.append("")
+    return lines
