@@ -47,8 +47,9 @@ def check_space(path, need_bytes, margin_bytes=0, margin_ratio=0.0, statvfs=os.s
     where = existing_parent(path)
     freed = (f" = {gib(free_now)} GiB now + {gib(freed_bytes)} GiB of orphaned partial "
              f"files removed first" if freed_bytes else "")
+    target = "" if os.path.abspath(path) == where else f" for {path}"
     msg = (
-        f"{'enough' if fits else 'not enough'} disk space on {where} for {path}: "
+        f"{'enough' if fits else 'not enough'} disk space on {where}{target}: "
         f"need {required} bytes ({gib(required)} GiB = {gib(need_bytes)} GiB + margin "
         f"{gib(margin)} GiB), free {free} bytes ({gib(free)} GiB{freed})"
     )

@@ -1144,7 +1144,8 @@ class HfDownloader(object):
             write_json_atomic(self.progress_file, {
                 "repo_id": self.repo_id, "pid": os.getpid(), "state": "waiting",
                 "waiting_for": {k: holder.get(k) for k in ("host", "pid", "since")},
-                "waited_s": round(waited, 1), "bytes_done": 0, "bytes_total": 0,
+                "waited_s": round(waited, 1), "lease_s": self.lease_s,
+                "bytes_done": 0, "bytes_total": 0,
                 "updated": time.time(),
             })
 
@@ -1297,9 +1298,11 @@ class HfDownloader(object):
         result["disk"] = disk
         if (to_fetch or copy_bytes) and not disk["ok"]:
             raise DownloadError(
-                "%s@%s: %s (bytes to download %d%s + margin %d)"
+                "%s@%s: %s; of the need, %d bytes to download%s. Nothing was fetched; free "
+                "space on the volume, lower model_download_margin_bytes (%d), or use another "
+                "volume"
                 % (self.repo_id, sha, disk["msg"], bytes_to_download,
-                   " + to copy %d (no hard links on %s)" % (copy_bytes, self.volume["fstype"])
+                   " and %d to copy (no hard links on %s)" % (copy_bytes, self.volume["fstype"])
                    if copy_bytes else "", self.margin_bytes),
                 disk=disk,
             )

@@ -274,6 +274,7 @@ class LeaseLock(object):
         self.token = "%s:%d:%f" % (self.host, os.getpid(), self.record["since"])
         self.record["token"] = self.token
         self.broke = []
+        self._guard_seen = None
         self._stop = threading.Event()
         self._thread = None
 
@@ -303,27 +304,44 @@ class LeaseLock(object):
                 and isinstance(holder.get("pid"), int) and not _pid_alive(holder["pid"]))
 
     def _break(self, holder, why):
-        """Move the stale lease aside (atomic: of two breakers one wins) and remove it."""
-        aside = "%s.stale.%s.%d" % (self.path, self.host, os.getpid())
+        """Remove a stale lease, one breaker at a time: the breaker holds `<lease>.break`
+        (O_EXCL) while it reads the lease again and removes it only if it still is the stale
+        one. No rename or link (exFAT and SMB without Unix extensions have no links), so a
+        waiter that judged the lease stale after another broke it and took a new one finds
+        the new token and leaves it."""
+        guard = self.path + ".break"
         try:
-            os.rename(self.path, aside)
+            fd = os.open(guard, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            self._clear_stale_guard(guard)
+            return False
+        except OSError:
+            return False
+        os.close(fd)
+        try:
+            if self._read().get("token") != holder.get("token"):
+                return True  # a new holder since: look again at once
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(self.path)
+            self.broke.append(dict(holder, why=why))
+            return True
+        finally:
+            with contextlib.suppress(OSError):
+                os.remove(guard)
+
+    def _clear_stale_guard(self, guard):
+        """A breaker that died between its guard and its removal: its guard stands still."""
+        try:
+            mtime = os.stat(guard).st_mtime_ns
         except FileNotFoundError:
             return
-        moved = {}
-        with contextlib.suppress(OSError, ValueError), open(aside) as f:
-            moved = json.load(f)
-        if moved.get("token") != holder.get("token"):
-            # Another waiter broke the stale lease and took a new one between our read and
-            # the rename: give it back (link: never over a lease made since). Three waiters
-            # judging one lease stale in the same instant can still race; two cannot.
-            with contextlib.suppress(OSError):
-                os.link(aside, self.path)
-            with contextlib.suppress(OSError):
-                os.remove(aside)
-            return
-        with contextlib.suppress(OSError):
-            os.remove(aside)
-        self.broke.append(dict(holder, why=why))
+        now = self.clock()
+        if self._guard_seen is None or self._guard_seen[0] != mtime:
+            self._guard_seen = (mtime, now)
+        elif now - self._guard_seen[1] >= self.lease_s:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(guard)
+            self._guard_seen = None
 
     def acquire(self):
         """Wait for the lease; returns seconds waited."""
@@ -341,11 +359,11 @@ class LeaseLock(object):
             now = self.clock()
             if holder.get("token") != seen_token or mtime != seen_mtime:
                 seen_mtime, seen_at, seen_token = mtime, now, holder.get("token")
-            if self._dead_here(holder):
-                self._break(holder, "its process %s on this host is gone" % holder.get("pid"))
+            if self._dead_here(holder) and self._break(
+                    holder, "its process %s on this host is gone" % holder.get("pid")):
                 continue
-            if now - seen_at >= self.lease_s:
-                self._break(holder, "its lease was not renewed for %.0f s" % (now - seen_at))
+            if now - seen_at >= self.lease_s and self._break(
+                    holder, "its lease was not renewed for %.0f s" % (now - seen_at)):
                 continue
             if self.on_wait:
                 self.on_wait(holder, now - t0)

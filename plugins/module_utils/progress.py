@@ -9,6 +9,8 @@ line these functions make, so a 540 GB download or a 36-minute load never
 looks like a hang.
 """
 
+import time
+
 GIB = 1024**3
 MB = 1000**2
 # A start's log silent this long is worth saying (its startup_stall_s ends it).
@@ -27,6 +29,18 @@ def _duration(seconds):
 
 def download_line(data):
     """'12.35 GiB of 540.00 GiB (2.3 %), 8 of 119 files, 410.2 MB/s, about 21 min left'."""
+    holder = data.get("waiting_for")
+    if data.get("state") == "waiting" and isinstance(holder, dict):
+        # Another host stages this repo on the shared volume (module_utils/models_volume.py).
+        since = holder.get("since")
+        held = (f", held since {time.strftime('%H:%M:%S', time.gmtime(since))} UTC"
+                if isinstance(since, (int, float)) else "")
+        lease = data.get("lease_s")
+        return (f"waiting for the lease on the shared models volume: {holder.get('host')} "
+                f"(pid {holder.get('pid')}){held} stages this repo; waited "
+                f"{_duration(data.get('waited_s') or 0)}"
+                + (f"; a lease left unrenewed for {_duration(lease)} is taken over"
+                   if lease else ""))
     done, total = int(data.get("bytes_done") or 0), int(data.get("bytes_total") or 0)
     share = f" ({100.0 * done / total:.1f} %)" if total else ""
     parts = [f"{done / GIB:.2f} GiB of {total / GIB:.2f} GiB{share}"]

@@ -172,3 +172,36 @@ def test_one_stager_per_volume_in_play_order():
     volume_of = {"gpu1": "nfs-a", "gpu2": "nfs-a", "gpu3": "", "gpu4": "nfs-b", "gpu5": "nfs-b"}
     assert mv.stagers(batch, volume_of) == {
         "gpu1": "gpu1", "gpu2": "gpu1", "gpu3": "gpu3", "gpu4": "gpu4", "gpu5": "gpu4"}
+
+
+def test_a_late_breaker_leaves_the_new_holder_alone(tmp_path):
+    """Two waiters judge one lease stale; b breaks it and takes a new one; then a's break
+    runs with the stale holder it read. a must not remove b's lease (the new-user trial of
+    issue 34 found the link-based give-back failing on exFAT: both held it)."""
+    path = tmp_path / "lease"
+    stale = {"host": "gone-host", "pid": 4242, "token": "gone-host:4242:1"}
+    path.write_text(json.dumps(stale))
+    b = mv.LeaseLock(str(path), host="host-b")
+    b._break(stale, "test")
+    assert b.acquire() < 5
+    a = mv.LeaseLock(str(path), host="host-a")
+    a._break(stale, "test")  # late: the lease now is b's
+    assert json.loads(path.read_text())["token"] == b.token
+    assert a.broke == []
+    assert not (tmp_path / "lease.break").exists()
+    b.release()
+
+
+def test_a_guard_left_by_a_dead_breaker_is_cleared_after_lease_s(tmp_path):
+    path = tmp_path / "lease"
+    stale = {"host": "gone-host", "pid": 4242, "token": "gone-host:4242:1"}
+    path.write_text(json.dumps(stale))
+    (tmp_path / "lease.break").write_text("")  # a breaker that died holding its guard
+    now = [0.0]
+    w = mv.LeaseLock(str(path), lease_s=60, poll_s=5, host="host-w",
+                     clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
+    waited = w.acquire()
+    # 60 s until the lease is judged stale, 60 s more until the guard is: then it breaks.
+    assert 120 <= waited <= 130
+    assert [h["host"] for h in w.broke] == ["gone-host"]
+    w.release()

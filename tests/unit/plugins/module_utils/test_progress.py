@@ -5,7 +5,10 @@
 import json
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.progress import progress_line
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.progress import (
+    download_line,
+    progress_line,
+)
 from repo_paths import ROOT
 
 
@@ -84,3 +87,14 @@ def test_download_line_while_rate_limited_and_after():
         "1.00 GiB of 4.00 GiB (25.0 %), 1 of 4 files, waited 5 min for the Hub's rate limit")
     assert progress_line("download", {**base, "rate_limit_waited_seconds": 0.0}) == (
         "1.00 GiB of 4.00 GiB (25.0 %), 1 of 4 files")
+
+
+def test_download_line_while_another_host_holds_the_lease():
+    """What hf_download writes while it waits for a shared volume's lease (_note_lease_wait)."""
+    line = download_line({
+        "repo_id": "MiniMaxAI/MiniMax-M2.5", "state": "waiting",
+        "waiting_for": {"host": "gpu1", "pid": 4242, "since": 1796453530.0},
+        "waited_s": 12.4, "lease_s": 60.0, "bytes_done": 0, "bytes_total": 0})
+    assert line == ("waiting for the lease on the shared models volume: gpu1 (pid 4242), held "
+                    "since 06:52:10 UTC stages this repo; waited 12 s; a lease left unrenewed "
+                    "for 60 s is taken over")
