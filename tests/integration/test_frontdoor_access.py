@@ -231,7 +231,11 @@ def test_health_is_open_and_metrics_name_the_active_model(tmp_path, backend):
     up = upstream_conf(backend.server_address[1], model="tiny_gqa")
     record = {"active": {"model": "tiny_gqa", "served_model_name": "tiny-gqa",
                          "repo_id": "vllm-fleet-lab/tiny-gqa", "revision": "a" * 40,
-                         "vllm_version": "0.32.0-cpu", "since": "2026-11-30T20:00:00+00:00"}}
+                         "vllm_version": "0.32.0-cpu", "since": "2026-11-30T20:00:00+00:00"},
+              # A warm switch's standby (issue 35): listed sleeping, not stopped.
+              "sleeping": [{"model": "tiny_mla", "unit": "vllm-tiny_mla.service", "level": 1,
+                            "since": "2026-11-30T20:00:00+00:00", "main_pid": 4242}],
+              "previous": {"model": "tiny_mla"}}
     with front_door(tmp_path, up, own_key=OWN, **KEYS) as (url, prefix):
         health = call(url, "/health")
         metrics = call(url, "/metrics", KEY)
@@ -251,7 +255,12 @@ def test_health_is_open_and_metrics_name_the_active_model(tmp_path, backend):
         ("# HELP vllm_fleet_active_since_seconds When the active model became active "
          "(Unix time, seconds)."),
         "# TYPE vllm_fleet_active_since_seconds gauge",
-        "vllm_fleet_active_since_seconds 1796068800"]
+        "vllm_fleet_active_since_seconds 1796068800",
+        ("# HELP vllm_fleet_model_state Each model of the deployment record (1) and its state: "
+         "serving (active), sleeping (a warm switch's standby), stopped (the previous model)."),
+        "# TYPE vllm_fleet_model_state gauge",
+        'vllm_fleet_model_state{model="tiny_gqa",state="serving"} 1',
+        'vllm_fleet_model_state{model="tiny_mla",state="sleeping"} 1']
 
 
 def test_health_checks_and_metrics_share_one_kept_upstream_connection(tmp_path, backend):
