@@ -283,6 +283,20 @@ def sleeper(record, model):
     return None
 
 
+def _asleep(record, active, state):
+    """The Outcome for an active model the record lists sleeping, else None. Its scheduler is
+    paused: a completion would hang (and /health says 200 regardless)."""
+    asleep = sleeper(record, active)
+    if asleep is None:
+        return None
+    level = asleep.get("level", "?")
+    since = f" since {asleep['since']}" if asleep.get("since") else ""
+    state = dict(state, failures=0)
+    state.pop("busy", None)
+    return Outcome(SLEEPING, f"{active['unit']}: sleeping (level {level}{since}), not probed",
+                   state)
+
+
 def decide(settings, record, state, *, run_command, request, wall, monotonic, stat=os.stat):
     """One probe run: returns an Outcome. Restarts the unit (through `run_command`) when the
     failures reach `settings.failures`."""
@@ -296,14 +310,9 @@ def decide(settings, record, state, *, run_command, request, wall, monotonic, st
     blocks, note = switch_check(settings, wall(), stat)
     if blocks:
         return Outcome(SKIPPED, f"{unit}: {note}", dict(state, failures=0))
-    asleep = sleeper(record, active)
+    asleep = _asleep(record, active, state)
     if asleep is not None:
-        # Its scheduler is paused: a completion would hang (and /health says 200 regardless).
-        level = asleep.get("level", "?")
-        since = f" since {asleep['since']}" if asleep.get("since") else ""
-        state = dict(state, failures=0)
-        state.pop("busy", None)
-        return Outcome(SLEEPING, f"{unit}: sleeping (level {level}{since}), not probed", state)
+        return asleep
     notes = [note] if note else []
     props, error = show(unit, run_command)
     # Not probed now (systemd cannot say, or is acting on it), or a replica's watch acted.
