@@ -308,11 +308,11 @@ def decide(settings, record, state, *, run_command, request, wall, monotonic, st
         state = {"unit": unit, "failures": 0, "healthy_invocation": None}
     state = dict(state)
     blocks, note = switch_check(settings, wall(), stat)
-    if blocks:
-        return Outcome(SKIPPED, f"{unit}: {note}", dict(state, failures=0))
-    asleep = _asleep(record, active, state)
-    if asleep is not None:
-        return asleep
+    # A switch holds the probe off; a sleeping model is never probed.
+    held = (Outcome(SKIPPED, f"{unit}: {note}", dict(state, failures=0)) if blocks
+            else _asleep(record, active, state))
+    if held is not None:
+        return held
     notes = [note] if note else []
     props, error = show(unit, run_command)
     # Not probed now (systemd cannot say, or is acting on it), or a replica's watch acted.
