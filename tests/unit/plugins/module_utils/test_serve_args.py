@@ -654,5 +654,4 @@ def test_the_sleep_flag_follows_load_tracking_and_a_catalog_cannot_set_it():
     assert argv[-2:] == ["--enable-server-load-tracking", "--enable-sleep-mode"]
     assert "--enable-sleep-mode" not in vllm_serve_argv("/v/bin/vllm", "/m", "m", 8001)
     with pytest.raises(ProductOwnedError, match="switch_mode: warm sets it"):
-        vllm_serve_argv("/v/bin/vllm", "/m", "m", 8001,
-                                   options={"enable_sleep_mode": True})
+        vllm_serve_argv("/v/bin/vllm", "/m", "m", 8001, options={"enable_sleep_mode": True})
