@@ -36,6 +36,19 @@ model's name, which the new one does not serve: expect 404s after a switch).
       --frontdoor http://127.0.0.1:8000 --blue tiny_gqa --green tiny_mla
   --check  exits 1 when a correctness target is missed (the Molecule cutover scenario)
   --speed  with --check, a missed speed target fails too (make bench)
+
+Warm switches on paper (issue 35; no lab, `make bench-warm-paper`):
+
+  .venv/bin/python bench/cutover.py --paper [--lab-figures FILE]
+
+prints, per catalog model served on CUDA, on its target hardware profile
+(TARGET_PROFILE), the fit's weights per GPU (model_fit on the shipped
+config.json, as plan.yml sizes it), the paper level-1 wake time - weights per
+GPU / COPY_RATE_BYTES_S, the pinned host<->GPU copy rate measured with torch on
+an H200 (issue 35), every GPU's link its own - beside the model's cold load
+figure where one was measured (COLD_LOAD). A separate section reads the lab's
+warm-switch figures from FILE (the Molecule cutover scenario writes it; vLLM-CPU,
+whose sleep frees nothing) and says they are not measured yet when it is absent.
 """
 
 import argparse
@@ -55,6 +68,22 @@ import ansible_runner
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_RATIO = 1.05
+# --- warm switches on paper (--paper) ---
+# Pinned host<->GPU copies with torch alone on an H200, 4-32 GiB, each way (issue 35).
+COPY_RATE_BYTES_S = 55e9
+COPY_RATE_SOURCE = "paper, H200 copy rate: pinned host<->GPU with torch, issue 35"
+# The hardware the catalog's CUDA models are meant for (roles/vllm_model/defaults/main/
+# hardware.yml; docs/check-mode-examples.md plans them there).
+TARGET_PROFILE = "rtx_pro_6000_x8_pcie"
+# Measured cold loads on the target, with where the project states them. None elsewhere:
+# a model without one prints "not measured".
+COLD_LOAD = {
+    "minimax_m25": (75.0, "75 s (issue 35; docs/warm-switch.md)"),
+    "kimi_k25_int4": (36 * 60.0, ("36 min (the seeds' load; catalog.yml startup_timeout_s, "
+                                  "docs/warm-switch.md)")),
+}
+LAB_FIGURES = ROOT / "bench" / "output" / "cutover-warm.json"
+LAB_CASES = ("cold sequential", "warm first switch", "warm return", "warm rollback")
 # Every request's headers; --api-key (or VLLM_FLEET_API_KEY) adds the bearer token a
 # front door with keys asks for.
 HEADERS = {"Content-Type": "application/json"}
@@ -385,7 +414,143 @@ def frontdoor_latency(args):
             added <= args.max_added_ms)
 
 
+def paper_wake_s(weights_bytes_per_gpu, rate_bytes_s=COPY_RATE_BYTES_S):
+    """A level-1 wake on paper: each GPU copies its weights back from pinned host memory at
+    `rate_bytes_s`, all GPUs at once (each GPU's link its own)."""
+    if not weights_bytes_per_gpu or rate_bytes_s <= 0:
+        return None
+    return float(weights_bytes_per_gpu) / float(rate_bytes_s)
+
+
+def _role_defaults():
+    """roles/vllm_model/defaults/main/*.yml, templated as Ansible would (the catalog's layouts)."""
+    import yaml
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+
+    def trusted(value):
+        if isinstance(value, str):
+            return trust_as_template(value)
+        if isinstance(value, dict):
+            return {key: trusted(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [trusted(item) for item in value]
+        return value
+
+    defaults = {}
+    for path in sorted((ROOT / "roles" / "vllm_model" / "defaults" / "main").glob("*.yml")):
+        defaults.update(yaml.safe_load(path.read_text()) or {})
+    templar = Templar(loader=DataLoader(), variables=trusted(defaults))
+    return (templar.template(trusted(defaults["vllm_fleet_catalog"])),
+            defaults["vllm_fleet_hardware_profiles"])
+
+
+def paper_rows(catalog, profiles, target=TARGET_PROFILE, cold=None):
+    """A row per CUDA model of `catalog` on hardware profile `target`: its fit's weights per
+    GPU (model_fit, the entry as served there by catalog_profile) and the paper wake."""
+    sys.path.insert(0, str(ROOT / "collections"))
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils import (
+        catalog_profile as cp,
+    )
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils import (
+        model_fit as mf,
+    )
+
+    cold = COLD_LOAD if cold is None else cold
+    gpu = profiles[target]
+    configs = ROOT / "roles" / "vllm_model" / "files" / "model_configs"
+    rows = []
+    for name, raw_entry in catalog.items():
+        if not isinstance(raw_entry, dict):
+            continue
+        if (raw_entry.get("vllm") or {}).get("variant") != "cuda":
+            continue
+        profiled = cp.catalog_profile(raw_entry, compute_capability=gpu["compute_capability"])
+        entry = profiled["entry"]
+        stem = configs / entry["repo_id"].replace("/", "--")
+        config_file, quant_file = Path(f"{stem}.config.json"), Path(f"{stem}.hf_quant_config.json")
+        fit = mf.size_model(
+            json.loads(config_file.read_text()) if config_file.is_file() else None,
+            unsized_why=None if config_file.is_file() else f"no shipped {config_file.name}",
+            repo_id=entry["repo_id"], serve=entry.get("serve") or {}, gpu=gpu,
+            weight_bytes=entry.get("size_bytes"),
+            hf_quant_config=json.loads(quant_file.read_text()) if quant_file.is_file() else None,
+            vllm_version=entry["vllm"]["version"], min_vllm=entry["vllm"].get("min_version"),
+            profile=profiled["profile"], revision=entry.get("revision"),
+            nodes=entry.get("nodes", 1), env=entry.get("env") or {})
+        per_gpu = fit.get("weights_bytes_per_gpu") if fit.get("sized") else None
+        cold_s, cold_text = cold.get(name, (None, "not measured"))
+        rows.append({"model": name, "profile": target, "sized": bool(fit.get("sized")),
+                     "unsized_why": fit.get("unsized_why"),
+                     "tensor_parallel_size": fit.get("tensor_parallel_size"),
+                     "weights_bytes_per_gpu": per_gpu, "wake_s": paper_wake_s(per_gpu),
+                     "cold_load_s": cold_s, "cold_load": cold_text})
+    return rows
+
+
+def paper_table(rows, rate_bytes_s=COPY_RATE_BYTES_S):
+    head = ["model", "profile", "TP", "weights/GPU", "level-1 wake (paper)", "cold load"]
+    lines = [head]
+    for r in rows:
+        if not r["sized"]:
+            lines.append([r["model"], r["profile"], "-", f"not sized: {r['unsized_why']}", "-",
+                          r["cold_load"]])
+            continue
+        lines.append([r["model"], r["profile"], str(r["tensor_parallel_size"]),
+                      f"{r['weights_bytes_per_gpu'] / 1024**3:.2f} GiB",
+                      f"{r['wake_s']:.2f} s", r["cold_load"]])
+    widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
+    out = [(f"Warm switch on paper: level-1 wake = weights per GPU / {rate_bytes_s / 1e9:g} GB/s "
+            f"({COPY_RATE_SOURCE}); every GPU's link its own. Not measured on these GPUs.")]
+    out += ["  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+            for line in lines]
+    return out
+
+
+def lab_section(path=LAB_FIGURES):
+    """The lab's warm-switch figures as the Molecule cutover scenario wrote them (vLLM-CPU):
+    {"runs": [{"case", "outage_s", "time_until_serving_s", "failed_requests"}, ...]}.
+    Absent: says so; nothing is made up."""
+    shown = Path(path).relative_to(ROOT) if Path(path).is_relative_to(ROOT) else path
+    title = (f"Lab figures (CPU: vLLM-CPU's sleep pauses the scheduler and frees nothing), "
+             f"{shown}:")
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        return [title, ("  not measured yet: the Molecule cutover scenario writes this file "
+                        "(" + ", ".join(LAB_CASES) + ")")]
+    except ValueError as exc:
+        return [title, f"  unreadable ({exc}): no lab figures shown"]
+    lines = [title, "  case                 outage (s)  until serving (s)  failed requests"]
+    for run in data.get("runs") or []:
+        def num(key, fmt, run=run):
+            value = run.get(key)
+            return "-" if value is None else format(value, fmt)
+        lines.append(f"  {run.get('case', '?')!s:<20} {num('outage_s', '.2f'):>10}  "
+                     f"{num('time_until_serving_s', '.2f'):>17}  "
+                     f"{num('failed_requests', 'd'):>15}  CPU")
+    if len(lines) == 2:
+        lines.append("  no runs in the file: not measured yet")
+    return lines
+
+
+def paper_main(lab_figures):
+    catalog, profiles = _role_defaults()
+    for line in paper_table(paper_rows(catalog, profiles)):
+        print(line)
+    print()
+    for line in lab_section(lab_figures):
+        print(line)
+    return 0
+
+
 def main():
+    if "--paper" in sys.argv[1:]:
+        paper = argparse.ArgumentParser(description="Warm switches on paper, and the lab's figures")
+        paper.add_argument("--paper", action="store_true", required=True)
+        paper.add_argument("--lab-figures", default=str(LAB_FIGURES),
+                           help="the lab's warm-switch figures (JSON; the cutover scenario)")
+        return paper_main(paper.parse_args().lab_figures)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--inventory", default=str(ROOT / "inventory" / "lab"))
     parser.add_argument("--frontdoor", default="http://127.0.0.1:8000")

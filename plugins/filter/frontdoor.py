@@ -1,8 +1,10 @@
 # Copyright (c) 2026 vllm-fleet contributors
 # SPDX-License-Identifier: Apache-2.0
-"""Filters frontdoor_upstream and frontdoor_routes: the front door's upstream and allowlist."""
+"""Filters frontdoor_upstream, frontdoor_routes and model_states: the front door's upstream,
+allowlist and the record's models with their state."""
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.filters import module_util_filter
 
 # module_utils imported at a filter's first call (why: plugins/plugin_utils/filters.py).
 
@@ -35,4 +37,5 @@ class FilterModule:
     """vllm_fleet.fleet front door filters."""
 
     def filters(self):
-        return {"frontdoor_upstream": _frontdoor_upstream, "frontdoor_routes": _frontdoor_routes}
+        return {"frontdoor_upstream": _frontdoor_upstream, "frontdoor_routes": _frontdoor_routes,
+                "model_states": module_util_filter("model_states", "frontdoor")}

@@ -7,12 +7,13 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.filters import mo
 
 
 def _vllm_serve_argv(entry, vllm_bin, model_dir, host="127.0.0.1", model=None, alias="",
-                     node=None):
+                     node=None, switch_mode="cold"):
     # Imported at the first call (why: plugins/plugin_utils/filters.py).
     from ansible_collections.vllm_fleet.fleet.plugins.module_utils.multinode import (
         node_serve_args,
     )
     from ansible_collections.vllm_fleet.fleet.plugins.module_utils.serve_args import (
+        sleep_settings,
         vllm_serve_argv,
     )
 
@@ -29,6 +30,7 @@ def _vllm_serve_argv(entry, vllm_bin, model_dir, host="127.0.0.1", model=None, a
             aliases=[alias] if alias else [],
             node_args=node_serve_args(entry, node, model),
             load_format=entry.get("load_format"),
+            sleep_mode=sleep_settings(entry, switch_mode)["sleep_flag"],
         )
     except (KeyError, ValueError, TypeError) as exc:
         raise AnsibleFilterError(f"vllm_serve_argv: {exc}") from exc
@@ -54,6 +56,8 @@ class FilterModule:
             "vllm_serve_argv": _vllm_serve_argv,
             "vllm_unit_check": _vllm_unit_check,
             "vllm_request_check": _vllm_request_check,
+            "vllm_sleep_settings": module_util_filter("vllm_sleep_settings", "serve_args",
+                                                      "sleep_settings"),
             **{name: module_util_filter(name, "serve_args")
                for name in ("nvidia_device_nodes", "cache_environment",
                             "systemd_exec_line", "systemd_quote",

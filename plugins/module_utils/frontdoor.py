@@ -116,11 +116,35 @@ def _prom_label(value):
     return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
+SERVING, SLEEPING, STOPPED = "serving", "sleeping", "stopped"
+
+
+def model_states(record):
+    """[(model, state)] for each model of the record, serving first: the active model is
+    serving, each of `sleeping` (a warm switch's sleepers; absent = none) sleeping, the
+    previous model stopped unless it sleeps. A model is listed once (serving outranks
+    sleeping: a woken model may still be listed until its record is rewritten)."""
+    record = record or {}
+    states = {}
+    active = record.get("active") or None
+    if isinstance(active, dict) and active.get("model"):
+        states[active["model"]] = SERVING
+    for entry in record.get("sleeping") or []:
+        if isinstance(entry, dict) and entry.get("model"):
+            states.setdefault(entry["model"], SLEEPING)
+    previous = record.get("previous") or None
+    if isinstance(previous, dict) and previous.get("model"):
+        states.setdefault(previous["model"], STOPPED)
+    return list(states.items())
+
+
 def record_metrics(record):
     """The deployment record as Prometheus text: what the host serves, which revision, since when.
 
     `vllm_fleet_active_model_info` is 1 with the active model's labels (absent when none);
-    `vllm_fleet_active_since_seconds` is when it became active (Unix time).
+    `vllm_fleet_active_since_seconds` is when it became active (Unix time);
+    `vllm_fleet_model_state` is 1 for each model of the record with its state
+    (model_states(): serving, sleeping or stopped).
     """
     active = (record or {}).get("active") or None
     lines = [
@@ -146,6 +170,13 @@ def record_metrics(record):
             stamp = None
         if stamp is not None:
             lines.append(f"vllm_fleet_active_since_seconds {stamp:.0f}")
+    lines += [
+        ("# HELP vllm_fleet_model_state Each model of the deployment record (1) and its state: "
+         "serving (active), sleeping (a warm switch's standby), stopped (the previous model)."),
+        "# TYPE vllm_fleet_model_state gauge",
+    ]
+    lines += [f'vllm_fleet_model_state{{model="{_prom_label(model)}",state="{state}"}} 1'
+              for model, state in model_states(record)]
     return "\n".join(lines) + "\n"
 
 

@@ -37,6 +37,13 @@ A unit that is inactive or failed while the record names it active counts as
 a failed probe (vLLM's API server exits with status 0 once its engine died,
 so `Restart=on-failure` does not bring it back).
 
+A sleeping model is a state, not a fault (a warm switch, docs/warm-switch.md):
+the probe never probes a model the record lists in `sleeping` (vLLM's /sleep
+pauses its scheduler: the probe's completion would hang until its timeout and
+count as a failure, and /health answers 200 all the while, so it cannot tell).
+Such a run says "<unit>: sleeping (level N since T), not probed", keeps no
+failure and restarts nothing.
+
 A rank of a multi-node replica (the record's active names a `replica`) is
 watched with its peers as well (replica_watch.py): the head restarts at once
 when a worker that joined it stopped or started again; a worker follows its
@@ -73,6 +80,8 @@ except ImportError:  # on the host: shipped beside health.py and switch_lock.py 
 OK, FAILED, SKIPPED, RESTARTED, IDLE = "ok", "failed", "skipped", "restarted", "idle"
 # The gate failed while the engine made progress: not counted (see above).
 BUSY = "busy"
+# The record lists the active model among its sleepers: not probed (see above).
+SLEEPING = "sleeping"
 # A replica's worker started or stopped by its watch (replica_watch.py).
 STARTED, STOPPED = "started", "stopped"
 SHOW = ("LoadState", "ActiveState", "SubState", "InvocationID", "ActiveEnterTimestampMonotonic")
@@ -261,6 +270,33 @@ def _probe_active(settings, active, props, state, request, monotonic):
                    dict(state, busy=busy)), None
 
 
+def sleeper(record, model):
+    """The record's `sleeping` entry for `model` (an active entry: matched by unit, else by
+    model name), or None. An absent or empty `sleeping` has none."""
+    for entry in (record or {}).get("sleeping") or []:
+        if not isinstance(entry, dict):
+            continue
+        if model.get("unit") and entry.get("unit") == model.get("unit"):
+            return entry
+        if not model.get("unit") and entry.get("model") == model.get("model"):
+            return entry
+    return None
+
+
+def _asleep(record, active, state):
+    """The Outcome for an active model the record lists sleeping, else None. Its scheduler is
+    paused: a completion would hang (and /health says 200 regardless)."""
+    asleep = sleeper(record, active)
+    if asleep is None:
+        return None
+    level = asleep.get("level", "?")
+    since = f" since {asleep['since']}" if asleep.get("since") else ""
+    state = dict(state, failures=0)
+    state.pop("busy", None)
+    return Outcome(SLEEPING, f"{active['unit']}: sleeping (level {level}{since}), not probed",
+                   state)
+
+
 def decide(settings, record, state, *, run_command, request, wall, monotonic, stat=os.stat):
     """One probe run: returns an Outcome. Restarts the unit (through `run_command`) when the
     failures reach `settings.failures`."""
@@ -272,8 +308,11 @@ def decide(settings, record, state, *, run_command, request, wall, monotonic, st
         state = {"unit": unit, "failures": 0, "healthy_invocation": None}
     state = dict(state)
     blocks, note = switch_check(settings, wall(), stat)
-    if blocks:
-        return Outcome(SKIPPED, f"{unit}: {note}", dict(state, failures=0))
+    # A switch holds the probe off; a sleeping model is never probed.
+    held = (Outcome(SKIPPED, f"{unit}: {note}", dict(state, failures=0)) if blocks
+            else _asleep(record, active, state))
+    if held is not None:
+        return held
     notes = [note] if note else []
     props, error = show(unit, run_command)
     # Not probed now (systemd cannot say, or is acting on it), or a replica's watch acted.

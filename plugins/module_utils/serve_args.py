@@ -68,7 +68,7 @@ PRODUCT_OPTIONS = {
     "enable-server-load-tracking": "the unit always sets it: a drain reads /load",
     "api-key": "client keys live at the front door (vllm_frontdoor_api_keys)",
     "enable-sleep-mode": ("it adds /sleep and /wake_up, which put a model to sleep behind the "
-                          "product's back"),
+                          "product's back; switch_mode: warm sets it (vllm_fleet_switch_mode)"),
     "config": "it reads options from a file, past these checks",
     "uds": "it serves the API on a Unix socket, past the front door",
     "grpc-port": "it opens a second (gRPC) API port, past the front door's routes and keys",
@@ -118,6 +118,18 @@ MODEL_NAME_MAX = 64
 # Always on: vLLM's /load then counts each request until the last byte of its
 # response, which is what a drain before a stop waits for (frontdoor.drain()).
 LOAD_TRACKING = "--enable-server-load-tracking"
+# A warm switch puts a model to sleep and wakes it (docs/warm-switch.md): its unit
+# sets the product-owned VLLM_SERVER_DEV_MODE=1 (the /sleep, /wake_up, /is_sleeping,
+# /collective_rpc routes; loopback only, the front door and the balancer answer 404
+# to them) and passes SLEEP_MODE - except the CPU build, which refuses the flag:
+# vLLM 0.32 vllm/config/model.py ModelConfig.__post_init__ raises "Sleep mode is not
+# supported on current platform." unless Platform.is_sleep_mode_available()
+# (vllm/platforms/interface.py: CUDA, ROCm, XPU). Its dev-mode /sleep still pauses
+# the scheduler (v1/worker/cpu_worker.py: "sleep mode is not supported on CPU,
+# ignore it." - nothing is freed), so the lab's switch runs the same control path.
+SLEEP_MODE = "--enable-sleep-mode"
+DEV_MODE_ENV = ("VLLM_SERVER_DEV_MODE", "1")
+SLEEP_FLAG_REFUSED_VARIANTS = ("cpu",)
 # How check_unit_inputs() checks the vllm_service role's values (others: one line of text).
 ROLE_VALUE_KINDS = {
     "vllm_service_vllm_bin": "path",
@@ -281,8 +293,11 @@ def served_names(served_model_name, aliases=None):
 
 def vllm_serve_argv(vllm_bin, model_dir, served_model_name, port, options=None,
                     extra_args=None, host="127.0.0.1", context="catalog entry", aliases=None,
-                    node_args=None, load_format=None):
+                    node_args=None, load_format=None, sleep_mode=False):
     """The full `vllm serve` argv for one model server.
+
+    `sleep_mode`: add SLEEP_MODE after the load-tracking flag (sleep_settings()
+    decides it; catalog options may not set it, PRODUCT_OPTIONS).
 
     `aliases`: stable names the server also answers to (served_names()).
     `load_format`: the entry's load_format field (load_format_argv()), after the
@@ -307,6 +322,8 @@ def vllm_serve_argv(vllm_bin, model_dir, served_model_name, port, options=None,
         raise ValueError(f"{context}: {exc}") from None
     fields.extend(("vllm_service_model_alias", [alias]) for alias in names[1:])
     fields.append(("drain", [LOAD_TRACKING]))
+    if sleep_mode:
+        fields.append(("switch_mode", [SLEEP_MODE]))
     for key in options:
         try:
             option_flag(key)
@@ -332,6 +349,25 @@ def vllm_serve_argv(vllm_bin, model_dir, served_model_name, port, options=None,
         options, [(field, words[1:]) for field, words in catalog[:len(options)]]
         + catalog[len(options):]))
     return argv
+
+
+def sleep_settings(entry, fleet_mode="cold"):
+    """How a model's unit takes part in a warm switch: {warm, dev_mode, sleep_flag, sleep_mode}.
+
+    warm: the entry's switch_mode, else `fleet_mode` (vllm_fleet_switch_mode), is
+    warm. dev_mode: the unit sets DEV_MODE_ENV (the sleep routes). sleep_flag: it
+    passes SLEEP_MODE (not on a variant in SLEEP_FLAG_REFUSED_VARIANTS). sleep_mode:
+    what green's record says - the model can be put to sleep (warm). A cold model
+    gets none of them, and its unit is what it was before warm switches existed.
+    """
+    mode = (entry or {}).get("switch_mode") or fleet_mode or "cold"
+    if mode not in ("cold", "warm"):
+        source = "switch_mode" if (entry or {}).get("switch_mode") else "vllm_fleet_switch_mode"
+        raise UnitValueError(f"{source} must be cold or warm, got {mode!r}")
+    warm = mode == "warm"
+    variant = ((entry or {}).get("vllm") or {}).get("variant")
+    return {"warm": warm, "dev_mode": warm, "sleep_mode": warm,
+            "sleep_flag": warm and variant not in SLEEP_FLAG_REFUSED_VARIANTS}
 
 
 def load_format_argv(load_format, context="catalog entry"):

@@ -556,3 +556,36 @@ def test_tls_names_come_from_the_entry_else_a_host_address_else_the_server_name(
     assert names == [("localhost",) * 2, ("gpu2.example.org",) * 2, ("gpu3",) * 2,
                      ("door4.example.org",) * 2]
     assert servers[2].startswith("server gpu3 [fd00::3]:8443 ssl verify required")
+
+
+# What a warm switch sends to a model's own port (issue 35; loopback on its host, never
+# through a balancer): level 1 /sleep and /wake_up, level 2's wake sequence.
+WARM_SWITCH_TARGETS = [("POST", "/sleep?level=1"), ("POST", "/sleep?level=2&mode=wait"),
+                       ("POST", "/wake_up?tags=weights"), ("POST", "/wake_up?tags=kv_cache"),
+                       ("GET", "/is_sleeping"), ("POST", "/collective_rpc"),
+                       ("POST", "/reset_prefix_cache")]
+
+
+def test_warm_mode_every_dev_mode_route_answers_404_with_a_valid_key_and_reaches_no_host(
+        tmp_path, doors):
+    """Warm mode runs each model with VLLM_SERVER_DEV_MODE=1; the stand-in hosts answer 200 to
+    any path, as such a server answers its dev routes. Every route of
+    vllm.entrypoints.serve.dev.* in vLLM 0.32.0's list (tests/fixtures/vllm_routes/), and each
+    request the warm switch sends, answers the real HAProxy's own 404 with a valid key and
+    reaches no host (issue 35, on issue 32's allowlist)."""
+    dev = [(line.split()[0], line.split()[1]) for line in ROUTES.read_text().splitlines()
+           if line and not line.startswith("#") and ".serve.dev." in line.split()[2]]
+    assert {path for _m, path in dev} >= {
+        "/sleep", "/wake_up", "/is_sleeping", "/collective_rpc", "/reset_prefix_cache",
+        "/release_kv_cache_memory", "/reset_mm_cache", "/reset_encoder_cache", "/server_info"}
+    with balancer(tmp_path, **settings(doors)) as bal:
+        answers = {(m, p): raw(bal, m, p, KEY, chat("default") if m == "POST" else None)
+                   for m, p in dev + WARM_SWITCH_TARGETS}
+        allowed = raw(bal, "GET", "/v1/models", KEY)
+    for (method, path), (status, resp, error) in answers.items():
+        assert (status, resp.getheader("Content-Type")) == (404, "application/json"), path
+        assert error["error"]["code"] == "not_found", path
+        assert error["error"]["message"].startswith(
+            f"Invalid URL ({method} {path.split('?')[0]})"), path
+    assert allowed[0] == 200
+    assert reached(doors) == [("GET", "/v1/models")]

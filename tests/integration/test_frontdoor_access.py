@@ -231,7 +231,11 @@ def test_health_is_open_and_metrics_name_the_active_model(tmp_path, backend):
     up = upstream_conf(backend.server_address[1], model="tiny_gqa")
     record = {"active": {"model": "tiny_gqa", "served_model_name": "tiny-gqa",
                          "repo_id": "vllm-fleet-lab/tiny-gqa", "revision": "a" * 40,
-                         "vllm_version": "0.32.0-cpu", "since": "2026-11-30T20:00:00+00:00"}}
+                         "vllm_version": "0.32.0-cpu", "since": "2026-11-30T20:00:00+00:00"},
+              # A warm switch's standby (issue 35): listed sleeping, not stopped.
+              "sleeping": [{"model": "tiny_mla", "unit": "vllm-tiny_mla.service", "level": 1,
+                            "since": "2026-11-30T20:00:00+00:00", "main_pid": 4242}],
+              "previous": {"model": "tiny_mla"}}
     with front_door(tmp_path, up, own_key=OWN, **KEYS) as (url, prefix):
         health = call(url, "/health")
         metrics = call(url, "/metrics", KEY)
@@ -251,7 +255,12 @@ def test_health_is_open_and_metrics_name_the_active_model(tmp_path, backend):
         ("# HELP vllm_fleet_active_since_seconds When the active model became active "
          "(Unix time, seconds)."),
         "# TYPE vllm_fleet_active_since_seconds gauge",
-        "vllm_fleet_active_since_seconds 1796068800"]
+        "vllm_fleet_active_since_seconds 1796068800",
+        ("# HELP vllm_fleet_model_state Each model of the deployment record (1) and its state: "
+         "serving (active), sleeping (a warm switch's standby), stopped (the previous model)."),
+        "# TYPE vllm_fleet_model_state gauge",
+        'vllm_fleet_model_state{model="tiny_gqa",state="serving"} 1',
+        'vllm_fleet_model_state{model="tiny_mla",state="sleeping"} 1']
 
 
 def test_health_checks_and_metrics_share_one_kept_upstream_connection(tmp_path, backend):
@@ -755,3 +764,60 @@ def test_a_client_over_its_connections_gets_429_while_its_requests_run(tmp_path)
     # the refused one never reached the model
     assert [p for _m, p, _h in holding.seen] == [
         "/v1/completions", "/v1/completions", "/v1/models", "/v1/completions"]
+
+
+# -- issue 35: warm switch mode - the model server runs with VLLM_SERVER_DEV_MODE=1 ------------
+
+# What a warm switch sends to the model's own port (loopback, never through a proxy):
+# docs/warm-switch.md and issue 35 (level 1 /sleep and /wake_up; level 2 wake_up?tags=weights,
+# collective_rpc reload_weights, wake_up?tags=kv_cache, reset_prefix_cache).
+WARM_SWITCH_TARGETS = [("POST", "/sleep?level=1"), ("POST", "/sleep?level=2&mode=wait"),
+                       ("POST", "/wake_up?tags=weights"), ("POST", "/wake_up?tags=kv_cache"),
+                       ("GET", "/is_sleeping"), ("POST", "/collective_rpc"),
+                       ("POST", "/reset_prefix_cache")]
+
+
+def dev_mode_routes():
+    """(method, path) of every route of vllm.entrypoints.serve.dev.* in vLLM 0.32.0's list
+    (tests/fixtures/vllm_routes/vllm-0.32.0-cpu-routes.txt): what VLLM_SERVER_DEV_MODE=1 adds."""
+    return [(line.split()[0], line.split()[1]) for line in ROUTES_FILE.read_text().splitlines()
+            if line and not line.startswith("#") and ".serve.dev." in line.split()[2]]
+
+
+class DevModeHandler(Handler):
+    """A model server in warm mode: every dev-mode route answers 200, as vLLM's do with
+    VLLM_SERVER_DEV_MODE=1 (a GET the stand-in does not know answers 200 too)."""
+
+    def do_GET(self):
+        self.server.seen.append(("GET", self.path, dict(self.headers)))
+        self._send(200, json.dumps({"is_sleeping": False}))
+
+
+def test_warm_mode_every_dev_mode_route_answers_404_with_a_valid_key_and_reaches_nothing(
+        tmp_path):
+    """Warm mode turns on vLLM's dev routes (VLLM_SERVER_DEV_MODE=1: /sleep, /wake_up,
+    /is_sleeping, /collective_rpc, the cache resets, /server_info ...); they exist on the model's
+    loopback port only. Through the real nginx front door with a valid key each of them, and
+    each request the warm switch itself sends, gets the front door's own 404 (OpenAI's shape)
+    and the model server sees none of them (issue 35, on issue 32's allowlist)."""
+    dev = dev_mode_routes()
+    assert {path for _m, path in dev} >= {
+        "/sleep", "/wake_up", "/is_sleeping", "/collective_rpc", "/reset_prefix_cache",
+        "/release_kv_cache_memory", "/reset_mm_cache", "/reset_encoder_cache", "/server_info"}
+    server = Backend()
+    server.RequestHandlerClass = DevModeHandler
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        up = upstream_conf(server.server_address[1], model="tiny_gqa")
+        with front_door(tmp_path, up, own_key=OWN, **KEYS) as (url, _prefix):
+            answers = {(m, p): raw(url, m, p, KEY) for m, p in dev + WARM_SWITCH_TARGETS}
+            # the same stand-in answers an allowed route: the 404s are the front door's
+            allowed = raw(url, "GET", "/v1/models", KEY)
+    finally:
+        server.shutdown()
+        server.server_close()
+    for route, (status, headers, body) in answers.items():
+        assert (status, headers["Content-Type"], _error(body)) == (
+            404, "application/json", NOT_FOUND), route
+    assert allowed[0] == 200
+    assert [(m, p) for m, p, _h in server.seen] == [("GET", "/v1/models")]

@@ -14,7 +14,8 @@ def test_filter_names():
     assert sorted(FILTERS) == ["cache_environment",
                                "nvidia_device_nodes", "systemd_environment", "systemd_exec_line",
                                "systemd_quote", "systemd_specifier_text", "systemd_word",
-                               "vllm_request_check", "vllm_serve_argv", "vllm_unit_check"]
+                               "vllm_request_check", "vllm_serve_argv", "vllm_sleep_settings",
+                               "vllm_unit_check"]
 
 
 def test_the_request_check_filter_refuses_an_owned_value_naming_the_filter():
@@ -132,3 +133,10 @@ def test_the_entry_load_format_and_a_profile_override_reach_exec_start():
     assert argv[-2:] == ["--load-format", "instanttensor"]
     assert "--load-format" not in FILTERS["vllm_serve_argv"](blackwell, VLLM, "/srv/models/m")
     assert FILTERS["systemd_exec_line"](argv).endswith(" --load-format instanttensor")
+
+
+def test_the_sleep_settings_filter_names_itself_on_a_bad_mode():
+    assert FILTERS["vllm_sleep_settings"]({"vllm": {"variant": "cuda"}}, "warm")["sleep_flag"]
+    with pytest.raises(AnsibleFilterError,
+                       match=r"^vllm_sleep_settings: switch_mode must be cold or warm, got 'hot'"):
+        FILTERS["vllm_sleep_settings"]({"switch_mode": "hot"}, "cold")

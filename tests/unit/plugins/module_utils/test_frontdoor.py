@@ -509,7 +509,7 @@ def test_drain_of_a_stalled_engine_times_out_with_its_waiting_requests():
 def test_record_metrics_without_an_active_model_has_the_help_lines_only():
     text = frontdoor_mod.record_metrics({"active": None, "previous": None, "history": []})
     assert [line for line in text.splitlines() if not line.startswith("#")] == []
-    assert text.count("# TYPE ") == 2
+    assert text.count("# TYPE ") == 3
 
 
 def test_record_metrics_escapes_label_values_as_the_text_format_wants():
@@ -523,6 +523,37 @@ def test_record_metrics_escapes_label_values_as_the_text_format_wants():
     assert not [line for line in lines if line.startswith("vllm_fleet_active_since_seconds")]
 
 
+# The record's sleepers as the warm switch writes them (issue 35: `sleeping`, entries like
+# `active` with level, since, main_pid).
+WARM_RECORD = {
+    "active": {"model": "tiny_mla", "unit": "vllm-tiny_mla.service", "sleep_mode": True},
+    "sleeping": [{"model": "tiny_gqa", "unit": "vllm-tiny_gqa.service", "sleep_mode": True,
+                  "level": 1, "since": "2026-12-05T06:00:00+00:00", "main_pid": 4242}],
+    "previous": {"model": "tiny_gqa", "unit": "vllm-tiny_gqa.service"},
+    "history": [{"model": "tiny_gqa"}, {"model": "old"}],
+}
+
+
+def state_lines(record):
+    return [line for line in frontdoor_mod.record_metrics(record).splitlines()
+            if line.startswith("vllm_fleet_model_state")]
+
+
+def test_model_state_metrics_serving_sleeping_stopped():
+    """vllm_fleet_model_state{model,state} 1 per model of the record (issue 35 item 3): the
+    previous model that sleeps is sleeping, not stopped; history adds nothing."""
+    assert state_lines(WARM_RECORD) == [
+        'vllm_fleet_model_state{model="tiny_mla",state="serving"} 1',
+        'vllm_fleet_model_state{model="tiny_gqa",state="sleeping"} 1']
+    cold = {**WARM_RECORD, "sleeping": []}
+    assert state_lines(cold) == [
+        'vllm_fleet_model_state{model="tiny_mla",state="serving"} 1',
+        'vllm_fleet_model_state{model="tiny_gqa",state="stopped"} 1']
+    # A record from before warm switches (no `sleeping` key) reads the same as an empty list.
+    assert state_lines({k: v for k, v in cold.items() if k != "sleeping"}) == state_lines(cold)
+    assert state_lines({"active": None, "previous": None, "history": []}) == []
+
+
 def test_publish_writes_nothing_without_a_record_file(tmp_path):
     door = FrontDoor(None, str(tmp_path / "upstream.conf"), FD_URL)
     door.publish({"active": {"model": "m"}})
@@ -530,7 +561,11 @@ def test_publish_writes_nothing_without_a_record_file(tmp_path):
     door.record_file = str(tmp_path / "deployment.prom")
     door.publish({"active": {"model": "m", "since": "2026-11-30T20:00:00+00:00"}})
     assert (tmp_path / "deployment.prom").read_text().endswith(
-        "vllm_fleet_active_since_seconds 1796068800\n")
+        "vllm_fleet_active_since_seconds 1796068800\n"
+        "# HELP vllm_fleet_model_state Each model of the deployment record (1) and its state: "
+        "serving (active), sleeping (a warm switch's standby), stopped (the previous model).\n"
+        "# TYPE vllm_fleet_model_state gauge\n"
+        'vllm_fleet_model_state{model="m",state="serving"} 1\n')
 
 
 def test_settle_wants_the_new_state_on_several_answers_in_a_row(tmp_path):

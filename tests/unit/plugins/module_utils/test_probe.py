@@ -391,3 +391,40 @@ def test_busy_then_answering_resets_the_count(files):
     outcome, said = probe_on(files, host)
     assert said.endswith("(failure 1 of 3)\n")
     assert host.state_calls() == []
+
+
+# --- a sleeping model is a state, not a fault (issue 35 item 3) ----------------
+
+SLEEPER = dict(ACTIVE, level=1, since="2026-12-05T06:00:00+00:00", main_pid=4242)
+
+
+def test_a_model_the_record_lists_sleeping_is_never_probed_nor_restarted(files):
+    """vLLM's /sleep pauses the scheduler: a completion hangs (measured on the lab: not answered
+    within 5 s), so the probe must not ask; the record's `sleeping` says so (issue 35)."""
+    Path(files["record"]).write_text(json.dumps({"active": ACTIVE, "sleeping": [SLEEPER]}))
+    host = Host(healthy=False)  # a completion would time out, as a sleeping server's does
+    for _run in range(4):
+        outcome, said = run(files, host, failures=2)
+    assert outcome.verdict == "sleeping"
+    assert said == f"{UNIT}: sleeping (level 1 since 2026-12-05T06:00:00+00:00), not probed\n"
+    assert host.calls == []  # neither systemctl nor a request
+    assert json.loads(Path(files["state"]).read_text())["failures"] == 0
+
+
+def test_a_count_from_before_the_sleep_is_forgotten_and_a_woken_model_is_probed_again(files):
+    host = Host(healthy=False)
+    run(files, host, failures=2)  # failure 1 of 2
+    Path(files["record"]).write_text(json.dumps({"active": ACTIVE, "sleeping": [SLEEPER]}))
+    assert run(files, host, failures=2)[0].verdict == "sleeping"
+    Path(files["record"]).write_text(json.dumps({"active": ACTIVE, "sleeping": []}))
+    outcome, said = run(files, host, failures=2)
+    assert outcome.verdict == "failed"
+    assert said.endswith("(failure 1 of 2)\n")
+    assert host.restarts() == []
+
+
+def test_another_models_sleeper_does_not_stop_the_active_ones_probe(files):
+    other = dict(SLEEPER, model="tiny_mla", unit="vllm-tiny_mla.service")
+    Path(files["record"]).write_text(json.dumps({"active": ACTIVE, "sleeping": [other]}))
+    outcome, said = run(files, Host(), failures=2)
+    assert (outcome.verdict, said) == ("ok", "")

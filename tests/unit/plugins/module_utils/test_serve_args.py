@@ -20,6 +20,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.serve_args import
     product_option,
     serve_options_argv,
     served_names,
+    sleep_settings,
     systemd_environment,
     systemd_exec_line,
     systemd_quote,
@@ -621,3 +622,36 @@ def test_a_profiles_switch_mode_is_checked_like_the_entrys():
         check_request("m", entry, {})
     entry["profiles"]["sm120"]["switch_mode"] = "cold"
     assert check_request("m", entry, {}) is entry
+
+
+# --- warm switch mode (issue 35 item 1) ---------------------------------------
+
+@pytest.mark.parametrize(("entry", "fleet", "expected"), [
+    ({"vllm": {"variant": "cuda"}}, "warm",
+     {"warm": True, "dev_mode": True, "sleep_mode": True, "sleep_flag": True}),
+    # vLLM-CPU refuses --enable-sleep-mode (vllm/config/model.py, 0.32); the dev routes stay.
+    ({"vllm": {"variant": "cpu"}}, "warm",
+     {"warm": True, "dev_mode": True, "sleep_mode": True, "sleep_flag": False}),
+    ({"vllm": {"variant": "cuda"}}, "cold",
+     {"warm": False, "dev_mode": False, "sleep_mode": False, "sleep_flag": False}),
+    ({"vllm": {"variant": "cuda"}, "switch_mode": "warm"}, "cold",
+     {"warm": True, "dev_mode": True, "sleep_mode": True, "sleep_flag": True}),
+    ({"vllm": {"variant": "cuda"}, "switch_mode": "cold"}, "warm",
+     {"warm": False, "dev_mode": False, "sleep_mode": False, "sleep_flag": False}),
+])
+def test_sleep_settings(entry, fleet, expected):
+    assert sleep_settings(entry, fleet) == expected
+
+
+def test_sleep_settings_refuse_an_unknown_mode_naming_the_variable():
+    with pytest.raises(UnitValueError,
+                       match="vllm_fleet_switch_mode must be cold or warm, got 'hot'"):
+        sleep_settings({}, "hot")
+
+
+def test_the_sleep_flag_follows_load_tracking_and_a_catalog_cannot_set_it():
+    argv = vllm_serve_argv("/v/bin/vllm", "/m", "m", 8001, sleep_mode=True)
+    assert argv[-2:] == ["--enable-server-load-tracking", "--enable-sleep-mode"]
+    assert "--enable-sleep-mode" not in vllm_serve_argv("/v/bin/vllm", "/m", "m", 8001)
+    with pytest.raises(ProductOwnedError, match="switch_mode: warm sets it"):
+        vllm_serve_argv("/v/bin/vllm", "/m", "m", 8001, options={"enable_sleep_mode": True})

@@ -296,3 +296,66 @@ def test_every_switch_in_the_argument_spec_turns_its_directives_off():
     unit = render_unit({**tiny_gqa_entry(), "gpus": [0]}, vllm_service_hardening_off=switches)
     assert verify_unit.compare(unit) == []
     assert [key for key in [*SANDBOX, "DeviceAllow"] if service(unit, key)] == []
+
+
+# --- warm switch mode (issue 35 item 1) ---------------------------------------
+
+def test_a_warm_cpu_model_gets_dev_mode_but_not_the_sleep_flag():
+    """Warm: VLLM_SERVER_DEV_MODE=1 (vLLM's /sleep, /wake_up ...: vllm/envs.py), product-owned.
+    The cpu variant leaves --enable-sleep-mode out: vLLM 0.32's ModelConfig refuses it there
+    ("Sleep mode is not supported on current platform.", vllm/config/model.py)."""
+    cold = render_unit(tiny_gqa_entry())
+    unit = render_unit(tiny_gqa_entry(), vllm_service_switch_mode="warm")
+    assert verify_unit.compare(unit) == []
+    assert "VLLM_SERVER_DEV_MODE=1" in service(unit, "Environment")
+    assert "VLLM_SERVER_DEV_MODE=1" not in service(cold, "Environment")
+    assert "--enable-sleep-mode" not in exec_argv(service(unit, "ExecStart")[0])
+    assert service(unit, "ExecStart") == service(cold, "ExecStart")
+
+
+def test_a_warm_cuda_model_gets_dev_mode_and_the_sleep_flag_after_load_tracking():
+    entry = {**tiny_gqa_entry(), "gpus": [0, 1], "vllm": {"variant": "cuda", "version": "0.33.0"}}
+    unit = render_unit(entry, vllm_service_switch_mode="warm")
+    assert verify_unit.compare(unit) == []
+    assert "VLLM_SERVER_DEV_MODE=1" in service(unit, "Environment")
+    argv = exec_argv(service(unit, "ExecStart")[0])
+    assert argv[8:11] == ["tiny-gqa", "--enable-server-load-tracking", "--enable-sleep-mode"]
+    assert argv.count("--enable-sleep-mode") == 1
+
+
+@pytest.mark.parametrize(("entry_mode", "fleet_mode", "warm"),
+                         [("warm", "cold", True), ("cold", "warm", False), (None, "warm", True),
+                          (None, "cold", False)])
+def test_the_entrys_switch_mode_overrides_the_fleets(entry_mode, fleet_mode, warm):
+    entry = {**tiny_gqa_entry(), "vllm": {"variant": "cuda", "version": "0.33.0"}}
+    if entry_mode:
+        entry["switch_mode"] = entry_mode
+    unit = render_unit(entry, vllm_service_switch_mode=fleet_mode)
+    assert ("VLLM_SERVER_DEV_MODE=1" in service(unit, "Environment")) is warm
+    assert ("--enable-sleep-mode" in exec_argv(service(unit, "ExecStart")[0])) is warm
+
+
+def test_a_cold_unit_is_the_golden_file_whatever_the_fleet_default_was_before():
+    # Cold is the default and writes nothing new: the lab's unit, byte for byte.
+    assert render_unit(tiny_gqa_entry(), vllm_service_switch_mode="cold") == GOLDEN.read_text()
+
+
+def test_a_catalog_env_setting_dev_mode_stays_refused_in_warm_mode():
+    entry = {**tiny_gqa_entry(), "env": {**tiny_gqa_entry()["env"], "VLLM_SERVER_DEV_MODE": "1"}}
+    with pytest.raises(AnsibleFilterError, match=r"env\.VLLM_SERVER_DEV_MODE is set"):
+        render_unit(entry, vllm_service_switch_mode="warm")
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="needs systemd-analyze")
+def test_verify_unit_with_the_real_systemd_analyze_accepts_a_warm_unit(tmp_path):
+    """The role's validate: step (files/verify-unit) on a warm CUDA unit: accepted."""
+    entry = {**tiny_gqa_entry(), "gpus": [0], "vllm": {"variant": "cuda", "version": "0.33.0"}}
+    unit = render_unit(entry, vllm_service_switch_mode="warm",
+                       vllm_service_vllm_bin=shutil.which("true"))
+    path = tmp_path / "vllm-tiny_gqa.service"
+    path.write_text(unit)
+    result = subprocess.run([sys.executable, str(ROOT / "roles" / "vllm_service" / "files"
+                                                 / "verify-unit"), str(path),
+                             "vllm-tiny_gqa.service"],
+                            capture_output=True, text=True, check=False)
+    assert (result.returncode, result.stderr) == (0, "")

@@ -1,0 +1,83 @@
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
+"""bench/cutover.py --paper: the level-1 wake on paper and the lab's section (issue 35).
+
+The paper wake is weights per GPU / 55 GB/s, the pinned host<->GPU copy rate measured
+with torch on an H200 (issue 35: "about 0.5 s for MiniMax-M2.5 TP8 and 1.4 s for
+Kimi-K2.5 INT4 TP8"); the weights per GPU are model_fit's on the shipped config.json
+on rtx_pro_6000_x8_pcie, as plan.yml sizes them. The lab section never invents a figure.
+"""
+
+import importlib.util
+import json
+
+import pytest
+from repo_paths import ROOT
+
+spec = importlib.util.spec_from_file_location("bench_cutover", ROOT / "bench" / "cutover.py")
+cutover = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(cutover)
+
+GIB = 1024**3
+
+
+def test_the_wake_is_weights_per_gpu_over_the_copy_rate():
+    assert cutover.COPY_RATE_BYTES_S == 55e9
+    assert cutover.paper_wake_s(55e9) == pytest.approx(1.0)
+    assert cutover.paper_wake_s(110e9, rate_bytes_s=55e9) == pytest.approx(2.0)
+    assert cutover.paper_wake_s(32 * GIB) == pytest.approx(32 * GIB / 55e9)
+    assert cutover.paper_wake_s(None) is None
+    assert cutover.paper_wake_s(0) is None
+
+
+@pytest.fixture(scope="module")
+def rows():
+    catalog, profiles = cutover._role_defaults()
+    return {r["model"]: r for r in cutover.paper_rows(catalog, profiles)}
+
+
+def test_the_catalogs_cuda_models_on_the_target_as_the_issue_puts_them(rows):
+    # CUDA models only: the lab's CPU models are the lab section's.
+    assert sorted(rows) == ["kimi_k25_int4", "kimi_k25_nvfp4", "minimax_m25"]
+    minimax, kimi = rows["minimax_m25"], rows["kimi_k25_int4"]
+    assert (minimax["profile"], minimax["tensor_parallel_size"]) == ("rtx_pro_6000_x8_pcie", 8)
+    assert minimax["wake_s"] == pytest.approx(minimax["weights_bytes_per_gpu"] / 55e9)
+    # issue 35: about 0.5 s and 1.4 s
+    assert round(minimax["wake_s"], 1) == 0.5
+    assert round(kimi["wake_s"], 1) == 1.4
+    # ~230 GB over 8 GPUs (+ what each GPU holds replicated), ~595 GB over 8
+    assert 230e9 / 8 <= minimax["weights_bytes_per_gpu"] < 230e9 / 8 * 1.05
+    assert 595e9 / 8 <= kimi["weights_bytes_per_gpu"] < 595e9 / 8 * 1.05
+    assert (minimax["cold_load_s"], kimi["cold_load_s"]) == (75.0, 2160.0)
+    assert rows["kimi_k25_nvfp4"]["cold_load"] == "not measured"
+
+
+def test_the_table_says_paper_and_the_copy_rate(rows):
+    lines = cutover.paper_table(list(rows.values()))
+    assert lines[0].startswith("Warm switch on paper: level-1 wake = weights per GPU / 55 GB/s "
+                               "(paper, H200 copy rate")
+    minimax = next(line for line in lines if line.startswith("minimax_m25"))
+    assert f"{rows['minimax_m25']['wake_s']:.2f} s" in minimax
+    assert "75 s" in minimax
+
+
+def test_the_lab_section_without_its_file_says_not_measured(tmp_path):
+    lines = cutover.lab_section(tmp_path / "cutover-warm.json")
+    assert lines[1] == ("  not measured yet: the Molecule cutover scenario writes this file "
+                        "(cold sequential, warm first switch, warm return, warm rollback)")
+    assert len(lines) == 2
+
+
+def test_the_lab_section_shows_the_files_runs_marked_cpu(tmp_path):
+    path = tmp_path / "cutover-warm.json"
+    path.write_text(json.dumps({"runs": [
+        {"case": "warm first switch", "outage_s": 1.234, "time_until_serving_s": 0.5,
+         "failed_requests": 0},
+        {"case": "warm rollback", "outage_s": None, "failed_requests": 3}]}))
+    lines = cutover.lab_section(path)
+    assert lines[2:] == [
+        "  warm first switch          1.23               0.50                0  CPU",
+        "  warm rollback                 -                  -                3  CPU"]
+    path.write_text("{")
+    assert lines[0] in cutover.lab_section(path)[0]
+    assert cutover.lab_section(path)[1].startswith("  unreadable (")
