@@ -349,6 +349,7 @@ class Cutover:
         self.green_stale = False  # green's unit runs asleep on another revision: restarted
         self.blue_stopped = False  # this switch asked blue to stop
         self.blue_asleep = False  # this switch asked blue to sleep
+        self.last_answer = None  # /is_sleeping's last answer, for an error
         self.blue_exiting = False  # blue's stop was asked with --no-block and may still run
 
     # -- pieces ------------------------------------------------------------
@@ -838,22 +839,27 @@ class Cutover:
         self._confirm_released(blue)
         return round(self.host.clock() - start, 2)
 
+    def _is_sleeping(self, svc):
+        """GET /is_sleeping: True, False, or None (no answer that says)."""
+        got = self.host.request("GET", svc["url"] + "/is_sleeping", None, 10.0)
+        self.last_answer = f"{got.status} {got.body[:200]}" if got.status else got.error
+        if got.status == HTTP_OK:
+            with contextlib.suppress(ValueError, AttributeError):
+                said = json.loads(got.body).get("is_sleeping")
+                return said if isinstance(said, bool) else None
+        return None
+
     def _confirm_sleeping(self, svc, wanted, role):
         """Poll GET /is_sleeping until it says `wanted`, for at most SLEEP_CONFIRM_S."""
         asked = self.host.clock()
         while True:
-            got = self.host.request("GET", svc["url"] + "/is_sleeping", None, 10.0)
-            said = None
-            if got.status == HTTP_OK:
-                with contextlib.suppress(ValueError, AttributeError):
-                    said = json.loads(got.body).get("is_sleeping")
+            said = self._is_sleeping(svc)
             if said is wanted:
                 return
             if self.host.clock() - asked >= SLEEP_CONFIRM_S:
-                answer = f"{got.status} {got.body[:200]}" if got.status else got.error
                 raise CutoverError(
                     f"{role} {svc['model']} {'did not go to sleep' if wanted else 'did not wake'}"
-                    f": GET /is_sleeping answered {answer} after {SLEEP_CONFIRM_S:g} s "
+                    f": GET /is_sleeping answered {self.last_answer} after {SLEEP_CONFIRM_S:g} s "
                     f"(wanted is_sleeping {str(wanted).lower()})")
             self.host.sleep(SLEEP_POLL_S)
 
@@ -898,7 +904,10 @@ class Cutover:
         unit = svc["unit"]
         main_before = int(self._show(unit).get("MainPID") or 0)
         start = self.host.clock()
-        for method, path, payload in wake_steps(level):
+        # A sleep that failed (or never came) left it awake: its gate alone says whether it
+        # serves. Only one that says it sleeps gets the wake requests.
+        steps = wake_steps(level) if self._is_sleeping(svc) is not False else ()
+        for method, path, payload in steps:
             timeout = (float(svc.get("startup_timeout_s") or SLEEP_REQUEST_S)
                        if path == "/collective_rpc" else SLEEP_REQUEST_S)
             got = self.host.request(method, svc["url"] + path, payload, timeout)
