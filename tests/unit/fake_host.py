@@ -432,6 +432,7 @@ class FakeHost:
         if restart and unit.behaviour_after_restart is not None:
             unit.behaviour = unit.behaviour_after_restart
         unit.started_at = self.now
+        unit.asleep, unit.asleep_tags, unit.weights_stale = 0, set(), False  # a new process
         unit.starts += 1
         unit.invocation = f"{unit.name}-inv-{unit.starts}"
         unit.main_pid = 5000 + len(self.calls)

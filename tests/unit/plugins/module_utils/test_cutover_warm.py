@@ -278,3 +278,30 @@ def test_a_check_mode_plan_says_warm(tmp_path, port):
     assert (result["action"], result["switch"]) == ("switch", "warm")
     assert world.b.asleep == 0  # nothing changed
     assert world.g.asleep == 1
+
+
+def test_a_sleeper_of_another_revision_is_restarted_not_woken(tmp_path, port):
+    """The sleeper serves the revision it slept with; green asks for another one."""
+    world = World(tmp_path, port, green_asleep=1)
+    world.green["revision"] = "b" * 40
+    result = world.run()
+    assert result["woke"] is False
+    assert ("restart", G) in world.host.state_calls()
+    assert ("POST", f"{world.green['url']}/wake_up") not in world.host.http
+    assert world.g.main_pid != 4343
+    assert [s["model"] for s in world.saved()["sleeping"]] == ["blue"]
+
+
+def test_a_revision_update_stays_cold_in_warm_mode(tmp_path, port):
+    world = World(tmp_path, port)
+    world.green = dict(world.blue, revision="b" * 40)
+    world.green.pop("since")
+    world.green["model_dir"], world.green["model_link"] = str(tmp_path / "b"), str(
+        tmp_path / "link")
+    (tmp_path / "link").symlink_to(tmp_path / "a")
+    result = world.run()
+    assert result["action"] == "update"
+    assert (result["switch"], result["warm_refused"]) == (
+        "cold", ("a revision update of the same model stays cold (the new revision needs a "
+                 "new process)"))
+    assert world.b.sleep_modes == []
