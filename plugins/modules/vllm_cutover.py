@@ -391,7 +391,9 @@ switch:
   returned: when O(switch_mode=warm), a sleeper exists or green sleeps
   type: str
 warm_refused:
-  description: Why a switch asked to be warm stayed cold (a revision update, a multi-node replica, a parallel switch, blue without sleep mode, O(warm_standby_max=0), no blue).
+  description:
+    - Why a switch asked to be warm stayed cold - a revision update, a multi-node replica, a
+      parallel switch, blue without sleep mode, O(warm_standby_max=0), or no blue.
   returned: when O(switch_mode=warm) and the switch stayed cold
   type: str
 blue_sleep_s:

@@ -467,7 +467,7 @@ class FakeHost:
 
     def _sleep_route(self, unit, method, path, payload):  # noqa: PLR0911, C901 - one per route
         """vLLM 0.32's dev-mode sleep routes (None: not one of them)."""
-        base, _, query = path.partition("?")
+        base, _sep, query = path.partition("?")
         params = parse_qs(query)
         if base not in ("/sleep", "/wake_up", "/is_sleeping", "/collective_rpc",
                         "/reset_prefix_cache"):
