@@ -43,8 +43,27 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.units import (
     port_holder,
     unit_pids,
 )
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.warm_switch import (
+    sleep_residual_bytes,
+)
 
 STRATEGIES = ("sequential", "parallel", "auto")
+SWITCH_MODES = ("cold", "warm")
+SLEEP_LEVELS = (1, 2)
+# How `/sleep` treats requests in flight (vLLM 0.32's PauseMode: abort, wait, keep): `wait`
+# lets them finish. The drain came first, so none should be left; one that slipped in
+# (a client on blue's own port) ends normally instead of being aborted (abort, vLLM's
+# default) or frozen until a wake that may never come (keep).
+SLEEP_PAUSE_MODE = "wait"
+# Seconds one sleep or wake request may take (the lab: /sleep 0.03 s, /wake_up 0.1 s; on
+# paper 1.4 s for Kimi-K2.5 INT4 TP8 at level 1). A level-2 reload rereads the weights
+# and gets the unit's startup timeout.
+SLEEP_REQUEST_S = 120.0
+# How long a sleep or a wake may take to show (/is_sleeping, the GPUs' memory).
+SLEEP_CONFIRM_S = 30.0
+SLEEP_POLL_S = 0.2
+HTTP_OK = 200
+LEVEL_DISCARDS_WEIGHTS = 2
 # How often a sequential switch looks whether blue's GPU holders have exited (seconds).
 RELEASE_POLL_S = 0.02
 # How often it asks systemd whether blue's stop has ended (a stop that failed or timed out).
@@ -79,9 +98,24 @@ class Settings:
     def __init__(self, strategy="sequential", restart=False, health_interval=2.0,
                  smoke_prompt="Hello", journal_lines=40, drain_timeout=60.0,
                  progress_file=None, progress_interval=10.0,
-                 unexplained_memory_bytes=1024**3, switch_marker=None):
+                 unexplained_memory_bytes=1024**3, switch_marker=None, switch_mode="cold",
+                 sleep_level=1, warm_standby_max=1, sleep_residual_bytes=None):
         if strategy not in STRATEGIES:
             raise CutoverError(f"strategy must be sequential, parallel or auto, got {strategy!r}")
+        if switch_mode not in SWITCH_MODES:
+            raise CutoverError(f"switch_mode must be cold or warm, got {switch_mode!r}")
+        if sleep_level not in SLEEP_LEVELS:
+            raise CutoverError(f"sleep_level must be 1 or 2, got {sleep_level!r}")
+        if not isinstance(warm_standby_max, int) or warm_standby_max < 0:
+            raise CutoverError(f"warm_standby_max must be an integer of 0 or more, got "
+                               f"{warm_standby_max!r}")
+        # cold: blue stops; warm: blue sleeps at `sleep_level` (the plan's choice,
+        # warm_switch.py) when its unit can (its record entry's sleep_mode).
+        self.switch_mode = switch_mode
+        self.sleep_level = sleep_level
+        self.warm_standby_max = warm_standby_max
+        # GPU memory a sleeper may keep on each GPU; None: warm_switch's modelled figure.
+        self.sleep_residual_bytes = sleep_residual_bytes
         self.strategy = strategy
         self.restart = restart
         self.health_interval = health_interval
@@ -161,6 +195,39 @@ def plan(record, green, restart=False, green_state=None, link_now=None):
             return "restart"
         return "none"
     return "switch"
+
+
+def wake_steps(level):
+    """The requests that wake a model asleep at `level` (vLLM's dev-mode routes, 0.32):
+    level 1 copies the weights back from pinned host memory; level 2 discarded them, so
+    the weights' memory comes back, they are reread from disk, then the KV cache comes back
+    and the prefix cache (built on the old weights' memory) is reset."""
+    if level == LEVEL_DISCARDS_WEIGHTS:
+        return (("POST", "/wake_up?tags=weights", None),
+                ("POST", "/collective_rpc", {"method": "reload_weights"}),
+                ("POST", "/wake_up?tags=kv_cache", None),
+                ("POST", "/reset_prefix_cache", None))
+    return (("POST", "/wake_up", None),)
+
+
+def warm_refusal(settings, blue, green, action, strategy):
+    """Why a switch asked to be warm stays cold (None: it may be warm, or was not asked)."""
+    if settings.switch_mode != "warm":
+        return None
+    reasons = (
+        (action == "update" or (blue and blue.get("unit") == green.get("unit")),
+         "a revision update of the same model stays cold (the new revision needs a new process)"),
+        (not blue, "no model serves: there is nothing to put to sleep"),
+        (blue and (blue.get("replica") or green.get("replica")),
+         "a multi-node replica takes part: multi-node switches stay cold"),
+        (blue and not blue.get("sleep_mode"),
+         f"blue {(blue or {}).get('model')} runs without sleep mode (its unit started cold)"),
+        (settings.warm_standby_max == 0, "warm_standby_max is 0"),
+        (strategy != "sequential",
+         (f"a {strategy} switch stops blue only after green serves; warm switches are "
+          f"sequential")),
+    )
+    return next((why for cond, why in reasons if cond), None)
 
 
 def label(svc):
@@ -274,6 +341,15 @@ class Cutover:
         self.gate = health_gate(host, self.systemd, self.settings)
         self.phases = {}
         self.link_now = None  # where green's model link pointed when the run decided
+        self.record = records.empty()
+        self.sleepers = []  # the record's sleepers when the run decided
+        self.warm = False  # blue sleeps instead of stopping
+        self.green_asleep = None  # green's sleeper entry when its unit runs asleep: it wakes
+        self.blue_main_pid = 0
+        self.green_stale = False  # green's unit runs asleep on another revision: restarted
+        self.blue_stopped = False  # this switch asked blue to stop
+        self.blue_asleep = False  # this switch asked blue to sleep
+        self.last_answer = None  # /is_sleeping's last answer, for an error
         self.blue_exiting = False  # blue's stop was asked with --no-block and may still run
 
     # -- pieces ------------------------------------------------------------
@@ -333,6 +409,9 @@ class Cutover:
                                     self.host.cgroup_root) if blue else set()
                 allowed |= unit_pids(self.green["unit"], self.host.run_command,
                                      self.host.cgroup_root)
+                for sleeper in self.sleepers:  # models asleep keep a residual on their GPUs
+                    allowed |= unit_pids(sleeper["unit"], self.host.run_command,
+                                         self.host.cgroup_root)
                 foreign = foreign_gpu_processes(procs, self.green["gpus"], allowed)
                 if foreign:
                     held = ", ".join(f"pid {p['pid']} holds {p.get('used_memory_bytes', '?')} "
@@ -360,8 +439,8 @@ class Cutover:
     def _act(self, verb, unit, *flags):
         unit_act(self.systemd, verb, unit, *flags)
 
-    def _write_record(self, record, blue):
-        new = records.with_active(record, self.green, blue, self.host.wall)
+    def _write_record(self, record, blue, asleep=None):
+        new = records.with_active(record, self.green, blue, self.host.wall, asleep)
         records.write(self.state_file, new)
         if self.frontdoor is not None:
             self.frontdoor.publish(new)
@@ -418,6 +497,7 @@ class Cutover:
             "rolled_back": False,
             "phases": self.phases,
         }
+        self._decide_warm(record, action, blue, state, result)
         if check_mode:
             return self._probe_active(action, result)
         # Held from here (the probe of the active model included), so the host's periodic
@@ -428,6 +508,28 @@ class Cutover:
             if action == "none":
                 return result
             return self._act_on_plan(record, action, blue, result, state)
+
+    def _decide_warm(self, record, action, blue, state, result):
+        """Whether blue sleeps (warm) and whether green wakes; the result says so when the
+        switch is warm-capable (warm mode asked, or green asleep)."""
+        self.record = record
+        self.sleepers = records.sleeping(record)
+        if action not in ("switch", "update"):
+            return
+        entry = next((s for s in self.sleepers if s.get("unit") == self.green["unit"]), None)
+        if entry and state.get("ActiveState") == "active":
+            # A sleeper of another revision (or a changed one) is not what was asked for:
+            # it is restarted cold (its unit runs, so a plain start would do nothing).
+            self.green_asleep = entry if entry.get("revision") == self.green.get("revision") \
+                else None
+            self.green_stale = self.green_asleep is None
+        refusal = warm_refusal(self.settings, blue, self.green, action, self.strategy)
+        self.warm = self.settings.switch_mode == "warm" and refusal is None
+        if self.settings.switch_mode == "warm" or self.green_asleep or self.sleepers:
+            result.update(switch="warm" if self.warm else "cold", blue_sleep_s=None,
+                          green_wake_s=None, woke=False, sleepers_stopped=[])
+            if refusal:
+                result["warm_refused"] = refusal
 
     def _probe_active(self, action, result):
         """The active model, running and unchanged: one pass of the gate says it still serves;
@@ -527,7 +629,7 @@ class Cutover:
             result["active_after"] = result["active_before"]
             raise CutoverError(f"cutover to {gname} refused before any change: "
                                f"{exc.msg}. {serving}", **dict(exc.fields, **result)) from None
-        blue_stopped = False
+        self.blue_stopped = self.blue_asleep = False
         down_since = None
         started_at = self.host.wall()
         try:
@@ -536,16 +638,14 @@ class Cutover:
                     self._timed("frontdoor", self.frontdoor.hold)
                     down_since = self.host.clock()
                 self._timed("drain_blue", self._drain, blue, result, "blue_drain")
-                blue_stopped = True  # asked to stop: a failure from here starts it again
-                self._stop_blue_first(blue, same, result)
+                self._put_blue_aside(blue, same, result)
                 if self.green.get("gpus") and self.gpu_processes is not None:
                     self._timed("gpu_memory", self._check_memory_now)
                 if self.frontdoor is not None:
                     # Behind the hold, so opening it once green passes reloads nothing.
                     self._timed("frontdoor", self.frontdoor.stage, self.green["port"],
                                 self.green["model"])
-            gate = self._timed("start_green", self._start_and_gate, self.green, "start", "green",
-                               baseline)
+            gate = self._green_up(result, baseline)
             result["green_health"] = gate
             if not gate["ok"]:
                 raise CutoverError(f"green {gname} failed its health gate "  # noqa: TRY301
@@ -557,12 +657,14 @@ class Cutover:
             result.update(getattr(exc, "fields", {}))
             result["journal"] = self.systemd.journal(self.green["unit"], started_at - 1,
                                                      self.settings.journal_lines)
-            self._timed("rollback", self._rollback, blue, blue_stopped, result)
+            self._timed("rollback", self._rollback, blue, self.blue_stopped, result,
+                        self.blue_asleep)
             if down_since is not None:
                 result["downtime_s"] = round(self.host.clock() - down_since, 2)
             raise CutoverError(
                 f"cutover to {gname} failed: {msg}. "
-                + (f"Rolled back: {bname} is serving again."
+                + (f"Rolled back: {bname} "
+                   f"{'woke and ' if self.blue_asleep else ''}is serving again."
                    if blue and result.get("blue_health", {}).get("ok", True)
                    else "No previous model to roll back to."
                    if not blue else
@@ -572,11 +674,28 @@ class Cutover:
         result["downtime_s"] = (round(self.host.clock() - down_since, 2)
                                 if down_since is not None else 0.0)
         self._act("enable", self.green["unit"])
-        if blue and not same:
-            self._retire_blue(blue, blue_stopped, result)
-        self._write_record(record, blue)
+        if blue and not same and not self.blue_asleep:
+            self._retire_blue(blue, self.blue_stopped, result)
+        asleep = self._sleepers_after(blue if self.blue_asleep else None, result)
+        self._write_record(record, blue, asleep)
         result["state"] = state.get("ActiveState")
         return result
+
+    def _put_blue_aside(self, blue, same, result):
+        """Sequential, blue drained: it sleeps (warm) or stops (cold)."""
+        if self.warm:
+            self.blue_asleep = True  # asked to sleep: a failure from here wakes it
+            result["blue_sleep_s"] = self._timed("sleep_blue", self._sleep_blue, blue)
+        else:
+            self.blue_stopped = True  # asked to stop: a failure from here starts it again
+            self._stop_blue_first(blue, same, result)
+
+    def _green_up(self, result, baseline):
+        """Green wakes when it sleeps from an earlier switch, else starts; its gate's outcome."""
+        if self.green_asleep:
+            return self._timed("wake_green", self._wake_green, result)
+        return self._timed("start_green", self._start_and_gate, self.green,
+                           "restart" if self.green_stale else "start", "green", baseline)
 
     def _stop_blue_first(self, blue, same, result):
         """Sequential: blue stops before green starts; the same unit is stopped whole."""
@@ -665,13 +784,26 @@ class Cutover:
         return snap.get("gpus") is not None and bool(unexplained_memory(
             snap, self.green["gpus"], self.settings.unexplained_memory_bytes))
 
-    def _rollback(self, blue, blue_stopped, result):
+    def _rollback(self, blue, blue_stopped, result, blue_asleep=False):
+        # A green that woke is stopped too, not put back to sleep: its wake or its gate
+        # failed, so its state is not known to be one worth keeping, and blue's wake needs
+        # back the GPU memory green's weights and KV cache hold now.
         self.systemd.try_act("stop", self.green["unit"])
         self.systemd.try_act("reset-failed", self.green["unit"])
+        if self.green_asleep:  # no longer asleep: the record says so
+            with contextlib.suppress(OSError):
+                records.write(self.state_file, dict(self.record, sleeping=[
+                    s for s in self.sleepers if s.get("unit") != self.green["unit"]]))
         if self.blue_exiting:  # before blue starts again
             self._finish_blue_stop(blue)
+        if blue and blue_asleep:  # blue's process still runs: it wakes at its own level
+            try:
+                result["blue_health"], _secs = self._wake(blue, self.settings.sleep_level,
+                                                          "blue")
+            except CutoverError as exc:
+                result["blue_health"] = {"ok": False, "stage": "wake", "detail": exc.msg}
         # A revision update stopped (or tried to stop) the one unit both use: start blue again.
-        if blue and (blue_stopped or self._same_unit(blue)):
+        elif blue and (blue_stopped or self._same_unit(blue)):
             try:
                 result["blue_health"] = self._start_and_gate(blue, "start", "blue")
             except CutoverError as exc:
@@ -690,3 +822,133 @@ class Cutover:
                     self.frontdoor.point(None, switching=False)
             except FrontDoorError as exc:
                 result["frontdoor_error"] = str(exc)
+
+    # -- sleep and wake (warm switches) ---------------------------------------------
+    def _sleep_blue(self, blue):
+        """Put drained blue to sleep and confirm it sleeps (/is_sleeping true; where
+        nvidia-smi is read, blue's memory on each of its GPUs down to the residual).
+        Returns the seconds it took."""
+        self.blue_main_pid = int(self._show(blue["unit"]).get("MainPID") or 0)
+        start = self.host.clock()
+        path = f"/sleep?level={self.settings.sleep_level}&mode={SLEEP_PAUSE_MODE}"
+        got = self.host.request("POST", blue["url"] + path, None, SLEEP_REQUEST_S)
+        if got.status != HTTP_OK:
+            raise CutoverError(f"blue {blue['model']} did not go to sleep: POST {path} "
+                               f"answered {got.status or got.error} {got.body[:200]}".rstrip())
+        self._confirm_sleeping(blue, True, "blue")
+        self._confirm_released(blue)
+        return round(self.host.clock() - start, 2)
+
+    def _is_sleeping(self, svc):
+        """GET /is_sleeping: True, False, or None (no answer that says)."""
+        got = self.host.request("GET", svc["url"] + "/is_sleeping", None, 10.0)
+        self.last_answer = f"{got.status} {got.body[:200]}" if got.status else got.error
+        if got.status == HTTP_OK:
+            with contextlib.suppress(ValueError, AttributeError):
+                said = json.loads(got.body).get("is_sleeping")
+                return said if isinstance(said, bool) else None
+        return None
+
+    def _confirm_sleeping(self, svc, wanted, role):
+        """Poll GET /is_sleeping until it says `wanted`, for at most SLEEP_CONFIRM_S."""
+        asked = self.host.clock()
+        while True:
+            said = self._is_sleeping(svc)
+            if said is wanted:
+                return
+            if self.host.clock() - asked >= SLEEP_CONFIRM_S:
+                raise CutoverError(
+                    f"{role} {svc['model']} {'did not go to sleep' if wanted else 'did not wake'}"
+                    f": GET /is_sleeping answered {self.last_answer} after {SLEEP_CONFIRM_S:g} s "
+                    f"(wanted is_sleeping {str(wanted).lower()})")
+            self.host.sleep(SLEEP_POLL_S)
+
+    def _sleeper_bytes(self, snap, gpu, pids):
+        """What blue holds on `gpu`: its processes' memory as nvidia-smi lists it, else (none
+        listed: inside a container) the GPU's used memory less the other processes'."""
+        procs = [p for p in snap.get("processes") or [] if str(p.get("gpu_index")) == str(gpu)]
+        own = [p for p in procs if int(p.get("pid", -1)) in pids]
+        if own:
+            return sum(p.get("used_memory_bytes") or 0 for p in own)
+        card = next((g for g in snap.get("gpus") or [] if str(g.get("index")) == str(gpu)), {})
+        return (card.get("memory_used_bytes") or 0) - sum(p.get("used_memory_bytes") or 0
+                                                          for p in procs)
+
+    def _confirm_released(self, blue):
+        """Where nvidia-smi is read: each of blue's GPUs down to the sleeper's residual."""
+        gpus = blue.get("gpus") or []
+        if not gpus or self.gpu_processes is None:
+            return
+        bound = self.settings.sleep_residual_bytes or sleep_residual_bytes(len(gpus))[0]
+        pids = unit_pids(blue["unit"], self.host.run_command, self.host.cgroup_root)
+        asked = self.host.clock()
+        while True:
+            snap = self._snapshot()
+            if snap.get("gpus") is None:
+                return
+            held = {g: self._sleeper_bytes(snap, g, pids) for g in gpus}
+            over = {g: b for g, b in held.items() if b > bound}
+            if not over:
+                return
+            if self.host.clock() - asked >= SLEEP_CONFIRM_S:
+                raise CutoverError(
+                    f"blue {blue['model']} sleeps but still holds more than its residual of "
+                    f"{bound} bytes per GPU after {SLEEP_CONFIRM_S:g} s: "
+                    + ", ".join(f"GPU {g} {b} bytes" for g, b in sorted(over.items())))
+            self.host.sleep(SLEEP_POLL_S)
+
+    def _wake(self, svc, level, role):
+        """Wake `svc` (its unit runs, asleep at `level`), confirm it is awake, then its health
+        gate on the running unit: no start, and its main process must be the one that slept.
+        Returns (the gate's outcome, the seconds the wake itself took)."""
+        unit = svc["unit"]
+        main_before = int(self._show(unit).get("MainPID") or 0)
+        start = self.host.clock()
+        # A sleep that failed (or never came) left it awake: its gate alone says whether it
+        # serves. Only one that says it sleeps gets the wake requests.
+        steps = wake_steps(level) if self._is_sleeping(svc) is not False else ()
+        for method, path, payload in steps:
+            timeout = (float(svc.get("startup_timeout_s") or SLEEP_REQUEST_S)
+                       if path == "/collective_rpc" else SLEEP_REQUEST_S)
+            got = self.host.request(method, svc["url"] + path, payload, timeout)
+            if got.status != HTTP_OK:
+                raise CutoverError(f"{role} {svc['model']} did not wake: {method} {path} "
+                                   f"answered {got.status or got.error} "
+                                   f"{got.body[:200]}".rstrip())
+        self._confirm_sleeping(svc, False, role)
+        woke_s = round(self.host.clock() - start, 2)
+        try:
+            baseline = self.gate.baseline(svc)
+            gate = self.gate.watch(svc, baseline, self.host.wall(), role, since=self.host.clock())
+        except UnitError as exc:
+            raise _cutover_error(exc) from None
+        main_after = int(self._show(unit).get("MainPID") or 0)
+        if gate["ok"] and main_after != main_before:
+            gate = dict(gate, ok=False, stage="process",
+                        detail=f"{unit}'s main process changed from {main_before} to "
+                               f"{main_after} while it woke: it was restarted, not woken")
+        return gate, woke_s
+
+    def _wake_green(self, result):
+        """Green sleeps from an earlier switch: it wakes at the level it fell asleep at."""
+        gate, woke_s = self._wake(self.green, int(self.green_asleep.get("level") or 1), "green")
+        result.update(woke=True, green_wake_s=woke_s)
+        return gate
+
+    def _sleepers_after(self, blue_asleep, result):
+        """The record's sleepers once green serves: green no longer, blue (asleep now) newest;
+        beyond warm_standby_max the oldest are stopped and disabled."""
+        asleep = [s for s in self.sleepers if s.get("unit") != self.green["unit"]]
+        if blue_asleep:
+            asleep.append(dict(blue_asleep, level=self.settings.sleep_level,
+                               since=records.now_iso(self.host.wall),
+                               main_pid=self.blue_main_pid))
+        stopped = []
+        while len(asleep) > self.settings.warm_standby_max:
+            oldest = asleep.pop(0)
+            self.systemd.try_act("stop", oldest["unit"])
+            self.systemd.try_act("disable", oldest["unit"])
+            stopped.append(oldest["model"])
+        if stopped or "sleepers_stopped" in result:
+            result["sleepers_stopped"] = stopped
+        return asleep

@@ -4,7 +4,8 @@
 
 One JSON file, a local fact (/etc/ansible/facts.d/vllm_fleet.fact, read back
 as ansible_local.vllm_fleet): `active` (model, unit, port, URL, repo,
-revision, vLLM, since), `previous`, and a short `history`. Written atomically
+revision, vLLM, since, sleep_mode), `previous`, a short `history`, and
+`sleeping` (models asleep after a warm switch; absent: none). Written atomically
 (a temp file in the same folder, then a rename), so a reader never sees half
 of it.
 """
@@ -64,10 +65,22 @@ def same_deployment(active, green):
     return all(active.get(k) == green.get(k) for k in keys)
 
 
-def with_active(record, green, blue, wall=time.time):
+def sleeping(record):
+    """The record's sleepers (models asleep on the host, their units running), oldest first:
+    each the fields of an active entry plus `level` (1 or 2), `since` (when it fell asleep)
+    and `main_pid`. A record without `sleeping` has none."""
+    return list((record or {}).get("sleeping") or [])
+
+
+def with_active(record, green, blue, wall=time.time, asleep=None):
     """The record after `green` became active; `blue` (the one it replaced, or None)
-    becomes `previous` and heads the history."""
+    becomes `previous` and heads the history. `asleep`: the sleepers after the switch
+    (None: the record's, unchanged); the key is written only when there are or were any."""
     active = dict(green, since=now_iso(wall))
     history = ([blue] if blue else []) + list(record.get("history") or [])
-    return {"active": active, "previous": blue or record.get("previous"),
-            "history": history[:HISTORY]}
+    new = {"active": active, "previous": blue or record.get("previous"),
+           "history": history[:HISTORY]}
+    asleep = sleeping(record) if asleep is None else list(asleep)
+    if asleep or "sleeping" in record:
+        new["sleeping"] = asleep
+    return new

@@ -34,6 +34,16 @@ description:
   - When green has GPUs, nvidia-smi is read at the moment the switch decides (not earlier in the
     play); a process that holds memory on green's GPUs and belongs to neither blue's nor green's
     unit stops the cutover before anything changes.
+  - With O(switch_mode=warm), a sequential switch puts blue to sleep (vLLM's sleep mode,
+    C(POST /sleep?level=N&mode=wait) after the drain) instead of stopping it, when blue's record
+    entry says its unit can sleep (C(sleep_mode)); it confirms C(GET /is_sleeping) and, where
+    nvidia-smi is read, blue's memory on each of its GPUs down to the sleeper's residual. A green
+    that sleeps from an earlier switch (the record's C(sleeping), its unit running) is woken, not
+    started, and gated on the running unit (its main process unchanged). A failed gate or wake
+    stops green and wakes blue back. After a success blue stays asleep (the record's
+    C(sleeping), newest last); beyond O(warm_standby_max) sleepers the oldest is stopped and
+    disabled. Revision updates, multi-node replicas, parallel switches and a blue without
+    sleep mode stay cold (RV(warm_refused)).
   - While a unit starts, the module writes where it stands (elapsed of its startup limit, the
     unit's last log line) to O(progress_file); run as an asynchronous task, M(vllm_fleet.fleet.async_follow)
     prints it on the controller.
@@ -235,6 +245,37 @@ options:
     type: str
     choices: [green, blue]
     default: green
+  switch_mode:
+    description:
+      - V(cold) - blue stops. V(warm) - blue sleeps (when its unit can), see the description.
+      - A green that sleeps from an earlier switch is woken in either mode (its unit runs).
+    type: str
+    choices: [cold, warm]
+    default: cold
+  sleep_level:
+    description:
+      - vLLM's sleep level blue is put to sleep at (the plan's choice, M(vllm_fleet.fleet.model_fit)'s
+        warm switch plan) - V(1) keeps the weights in pinned host memory, V(2) discards them
+        (its wake rereads them).
+    type: int
+    choices: [1, 2]
+    default: 1
+  warm_standby_max:
+    description: Sleepers the host keeps at most; a newer one stops (and disables) the oldest.
+    type: int
+    default: 1
+  sleep_mode:
+    description:
+      - Whether green's unit is started able to sleep (C(--enable-sleep-mode) and
+        C(VLLM_SERVER_DEV_MODE=1)); recorded as the active entry's C(sleep_mode), which decides
+        whether the next switch may put it to sleep.
+    type: bool
+    default: false
+  sleep_residual_bytes:
+    description:
+      - GPU memory (bytes) a sleeping blue may keep on each of its GPUs (checked where
+        nvidia-smi is read). Unset, the modelled figure (1.20 GiB; 1.77 GiB with tensor parallel).
+    type: int
   replica:
     description:
       - This host's place in green's multi-node replica (the filter
@@ -342,9 +383,36 @@ strategy:
   returned: always
   type: str
 phases:
-  description: Seconds each phase took (preflight, frontdoor, drain_blue, stop_blue, start_green, restart_green, rollback).
+  description: Seconds each phase took (preflight, frontdoor, drain_blue, stop_blue, sleep_blue, start_green, wake_green, restart_green, rollback).
   returned: always
   type: dict
+switch:
+  description: V(warm) when blue was put to sleep, else V(cold).
+  returned: when O(switch_mode=warm), a sleeper exists or green sleeps
+  type: str
+warm_refused:
+  description:
+    - Why a switch asked to be warm stayed cold - a revision update, a multi-node replica, a
+      parallel switch, blue without sleep mode, O(warm_standby_max=0), or no blue.
+  returned: when O(switch_mode=warm) and the switch stayed cold
+  type: str
+blue_sleep_s:
+  description: Seconds blue took to sleep (the request and its confirmation); null when it did not sleep.
+  returned: when RV(switch) is returned
+  type: float
+green_wake_s:
+  description: Seconds green's wake requests took until it said it is awake (before its gate); null on a cold start.
+  returned: when RV(switch) is returned
+  type: float
+woke:
+  description: Whether green was woken (not started).
+  returned: when RV(switch) is returned
+  type: bool
+sleepers_stopped:
+  description: The sleepers stopped because there were more than O(warm_standby_max).
+  returned: when RV(switch) is returned
+  type: list
+  elements: str
 heal_reason:
   description: Why the active model was restarted - its unit and the gate stage and detail that failed.
   returned: when action is heal
@@ -438,6 +506,26 @@ def gpu_reader(module, fixture_dir):
     return lambda: gpu_memory.memory_snapshot(module.run_command, nvidia_smi=smi)
 
 
+def green_entry(p):
+    """Green as the switch and the record see it, from the module's parameters."""
+    green = dict(p["record"])
+    green.update({
+        "model": p["model"], "unit": p["unit"], "url": p["url"], "port": p["port"],
+        "served_model_name": p["served_model_name"], "startup_timeout_s": p["startup_timeout"],
+        "startup_stall_s": p["startup_stall"], "gpus": p["gpus"],
+    })
+    # The record's active entry says whether its unit can sleep (absent, as a cold-mode record
+    # written before warm switches has it: it cannot).
+    if p["sleep_mode"] or p["switch_mode"] == "warm":
+        green["sleep_mode"] = p["sleep_mode"]
+    for key in ("model_dir", "model_link"):
+        if p[key]:
+            green[key] = p[key]
+    if p["replica"]:
+        green["replica"] = p["replica"]
+    return green
+
+
 def main():
     module = AnsibleModule(
         argument_spec={
@@ -481,6 +569,11 @@ def main():
                       "choices": ["switch", *replica_cutover.PHASES]},
             "target": {"type": "str", "default": "green", "choices": ["green", "blue"]},
             "replica": {"type": "dict"},
+            "switch_mode": {"type": "str", "choices": ["cold", "warm"], "default": "cold"},
+            "sleep_level": {"type": "int", "choices": [1, 2], "default": 1},
+            "warm_standby_max": {"type": "int", "default": 1},
+            "sleep_mode": {"type": "bool", "default": False},
+            "sleep_residual_bytes": {"type": "int"},
         },
         supports_check_mode=True,
     )
@@ -492,17 +585,7 @@ def main():
     # nginx, it is not there yet.
     binaries = {name: module.get_bin_path(name, required=not module.check_mode) or name
                 for name in needed}
-    green = dict(p["record"])
-    green.update({
-        "model": p["model"], "unit": p["unit"], "url": p["url"], "port": p["port"],
-        "served_model_name": p["served_model_name"], "startup_timeout_s": p["startup_timeout"],
-        "startup_stall_s": p["startup_stall"], "gpus": p["gpus"],
-    })
-    for key in ("model_dir", "model_link"):
-        if p[key]:
-            green[key] = p[key]
-    if p["replica"]:
-        green["replica"] = p["replica"]
+    green = green_entry(p)
 
     def run_command(argv):
         if argv and argv[0] in binaries:
@@ -523,7 +606,9 @@ def main():
                         progress_file=p["progress_file"],
                         progress_interval=p["progress_interval"],
                         unexplained_memory_bytes=p["gpu_unexplained_memory_bytes"],
-                        switch_marker=p["switch_marker"])
+                        switch_marker=p["switch_marker"], switch_mode=p["switch_mode"],
+                        sleep_level=p["sleep_level"], warm_standby_max=p["warm_standby_max"],
+                        sleep_residual_bytes=p["sleep_residual_bytes"])
 
     def cutover_for():
         return Cutover(Host(run_command), green, p["state_file"], settings, frontdoor=frontdoor,

@@ -22,6 +22,19 @@ answered 503 (nginx's @vllm_unavailable) when there is none or it refuses.
 With `host.cgroup_root` set, each active unit's pids are in
 <root>/system.slice/<unit>/cgroup.procs, as cgroup v2 keeps them.
 
+A unit with `sleep_mode` (started with --enable-sleep-mode and
+VLLM_SERVER_DEV_MODE=1) also answers vLLM 0.32's dev-mode sleep routes, as
+vllm/entrypoints/serve/dev/{sleep,rpc,cache}/api_router.py have them: POST
+/sleep?level=0..2&mode=abort|wait|keep, POST /wake_up[?tags=weights|kv_cache],
+GET /is_sleeping, POST /collective_rpc {"method": ...}, POST
+/reset_prefix_cache (404 without sleep mode, as a server without dev mode).
+While asleep its /health is 200 and a completion is not answered (the lab:
+/sleep?level=1 200 in 0.03 s, /is_sleeping true, a completion unanswered
+within 5 s, /wake_up 200 in 0.1 s, /health 200). A level-2 sleeper discarded
+its weights: woken without `reload_weights` it completes with 0 tokens.
+`gpu_bytes(unit)` is what its processes hold on each GPU: `weights_bytes`
+awake, `residual_bytes` asleep, nothing stopped.
+
 `now` is a fake monotonic clock; `sleep` only advances it, so no test waits.
 """
 
@@ -29,6 +42,7 @@ import json
 import re
 import shutil
 from pathlib import Path
+from urllib.parse import parse_qs
 
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import HttpResult
 
@@ -74,8 +88,21 @@ class FakeUnit:
     def __init__(self, name, url=None, served=None, *, installed=True, active=False,
                  behaviour=HEALTHY, warmup_s=0.0, journal=(), port=None, engines=1,
                  max_running=256, worker_pids=(), prints=(), behaviour_after_restart=None,
-                 release_s=0.0, exit_s=0.0, steps_per_s=0.0, real_metrics=False):
+                 release_s=0.0, exit_s=0.0, steps_per_s=0.0, real_metrics=False,
+                 sleep_mode=False, sleep_s=0.03, wake_s=0.1, wake_error=None,
+                 weights_bytes=40 * 1024**3, residual_bytes=1024**3, keeps_memory=False):
         self.name = name
+        # vLLM's sleep mode (dev-mode routes): level asleep (0: awake), the tags still
+        # asleep, whether a level-2 sleeper's weights were reloaded, each sleep's mode
+        self.sleep_mode = sleep_mode
+        self.sleep_s, self.wake_s = sleep_s, wake_s
+        self.wake_error = wake_error  # a status /wake_up answers instead of 200
+        self.asleep = 0
+        self.asleep_tags = set()
+        self.weights_stale = False
+        self.sleep_modes = []
+        self.weights_bytes, self.residual_bytes = weights_bytes, residual_bytes
+        self.keeps_memory = keeps_memory  # a sleeper whose memory is not freed (a fault)
         # the engine's progress: steps per second while requests run, and its counters
         self.steps_per_s = steps_per_s
         self.real_metrics = real_metrics
@@ -267,6 +294,7 @@ class FakeHost:
         unit.main_pid, unit.started_at, unit.stop_asked = 0, None, None
         unit.released = False
         unit.inflight = []  # requests still in flight are cut off
+        unit.asleep, unit.asleep_tags, unit.weights_stale = 0, set(), False
         self._sync_cgroup(unit)
 
     def gpu_holders(self, exclude=None):
@@ -404,6 +432,7 @@ class FakeHost:
         if restart and unit.behaviour_after_restart is not None:
             unit.behaviour = unit.behaviour_after_restart
         unit.started_at = self.now
+        unit.asleep, unit.asleep_tags, unit.weights_stale = 0, set(), False  # a new process
         unit.starts += 1
         unit.invocation = f"{unit.name}-inv-{unit.starts}"
         unit.main_pid = 5000 + len(self.calls)
@@ -428,11 +457,70 @@ class FakeHost:
                     None)
         return self.answer(unit, method, url[len(unit.url):] if unit else "", payload, timeout)
 
-    def answer(self, unit, method, path, payload=None, timeout=10.0):  # noqa: PLR0911, C901 - one per route
+    def gpu_bytes(self, unit):
+        """What `unit`'s processes hold on each of its GPUs now."""
+        if not unit.main_pid:
+            return 0
+        if unit.asleep and not unit.keeps_memory:
+            return unit.residual_bytes
+        return unit.weights_bytes
+
+    def _sleep_route(self, unit, method, path, payload):  # noqa: PLR0911, C901 - one per route
+        """vLLM 0.32's dev-mode sleep routes (None: not one of them)."""
+        base, _sep, query = path.partition("?")
+        params = parse_qs(query)
+        if base not in ("/sleep", "/wake_up", "/is_sleeping", "/collective_rpc",
+                        "/reset_prefix_cache"):
+            return None
+        if not unit.sleep_mode:
+            return HttpResult(404, json.dumps({"detail": "Not Found"}))
+        if base == "/is_sleeping" and method == "GET":
+            return HttpResult(200, json.dumps({"is_sleeping": bool(unit.asleep_tags)}))
+        if method != "POST":
+            return HttpResult(405, json.dumps({"detail": "Method Not Allowed"}))
+        if base == "/sleep":
+            level = int(params.get("level", ["1"])[0])
+            mode = params.get("mode", ["abort"])[0]
+            if not 0 <= level <= 2 or mode not in ("abort", "wait", "keep"):
+                return HttpResult(422, json.dumps({"detail": "invalid level or mode"}))
+            if mode == "wait":  # requests in flight finish first
+                self.now = max([self.now, *unit.inflight])
+            unit.inflight = []
+            unit.sleep_modes.append(mode)
+            self._tick(unit.sleep_s)
+            unit.asleep = level
+            unit.asleep_tags = {"weights", "kv_cache"}
+            unit.weights_stale = level == 2  # level 2 discards the weights
+            self.timeline.append(f"sleep {unit.name} level={level} mode={mode}")
+            return HttpResult(200, json.dumps({"status": "sleeping", "level": level}))
+        if base == "/wake_up":
+            if unit.wake_error:
+                return HttpResult(unit.wake_error, json.dumps({"detail": "wake failed"}))
+            tags = params.get("tags") or ["weights", "kv_cache"]
+            self._tick(unit.wake_s)
+            unit.asleep_tags -= set(tags)
+            if not unit.asleep_tags:
+                unit.asleep = 0
+            self.timeline.append(f"wake {unit.name} tags={','.join(tags)}")
+            return HttpResult(200, json.dumps({
+                "status": "sleeping" if unit.asleep_tags else "awake",
+                "tags": params.get("tags")}))
+        if base == "/collective_rpc":
+            if (payload or {}).get("method") == "reload_weights":
+                unit.weights_stale = False
+            self.timeline.append(f"rpc {unit.name} {(payload or {}).get('method')}")
+            return HttpResult(200, json.dumps({"results": [None]}))
+        self.timeline.append(f"reset_prefix_cache {unit.name}")
+        return HttpResult(200, json.dumps({"status": "ok"}))
+
+    def answer(self, unit, method, path, payload=None, timeout=10.0):  # noqa: PLR0911, PLR0912, C901 - one per route
         """What `unit`'s server answers to `method path`."""
         if (unit is None or unit.active_state != "active" or unit.behaviour in (HANG, RESTART_LOOP)
                 or self.now < unit.started_at + unit.warmup_s):
             return HttpResult(error=CONN_REFUSED)
+        routed = self._sleep_route(unit, method, path, payload)
+        if routed is not None:
+            return routed
         if path == "/metrics":
             running, waiting = unit.load(self.now)
             self.timeline.append(f"metrics {unit.name}: running={running} waiting={waiting}")
@@ -449,6 +537,9 @@ class FakeHost:
             name = "someone-else" if unit.behaviour == WRONG_MODEL else unit.served
             return HttpResult(200, json.dumps({"object": "list", "data": [{"id": name}]}))
         if path == "/v1/completions" and method == "POST":
+            if unit.asleep_tags:  # its scheduler is paused: not answered (the lab: 5 s)
+                self._tick(timeout)
+                return HttpResult(error="timed out")
             if unit.behaviour == STALLED:
                 return HttpResult(error="timed out")
             if unit.behaviour == SATURATED:  # queued behind the others, past the timeout
@@ -456,7 +547,8 @@ class FakeHost:
                 return HttpResult(error="timed out")
             if payload["model"] != unit.served:
                 return HttpResult(404, json.dumps({"error": "model not found"}))
-            tokens = 0 if unit.behaviour == ZERO_TOKENS else payload["max_tokens"]
+            tokens = (0 if unit.behaviour == ZERO_TOKENS or unit.weights_stale
+                      else payload["max_tokens"])
             self.timeline.append(f"completion {unit.name}: {tokens} tokens")
             return HttpResult(200, json.dumps({
                 "choices": [{"text": " world" if tokens else ""}],

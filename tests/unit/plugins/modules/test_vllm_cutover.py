@@ -466,3 +466,40 @@ def test_a_failed_gate_phase_fails_the_task_with_the_stage(world, tmp_path):
     assert gate["msg"] == (f"green green@bbbbbbbbbbbb failed its gate on this host at process: "
                            f"{G} failed (failed)")
     assert gate["journal"] == JOURNAL
+
+
+def test_warm_switch_sleeps_blue_and_the_switch_back_wakes_it(world, servers):
+    """switch_mode=warm end to end: blue (recorded able to sleep) sleeps, green starts; the
+    switch back to blue wakes it (no start, its main process the same). The sleep routes
+    are the fake's model of vLLM 0.32's (unit/fake_host.py)."""
+    world.units[B].sleep_mode = world.units[G].sleep_mode = True
+    blue = dict(world.blue, sleep_mode=True)
+    write_record(str(world.state_file), {"active": blue, "previous": None, "history": []})
+    warm = {"switch_mode": "warm", "sleep_mode": True, "sleep_level": 1}
+    result = run_cutover({**world.args, **warm})
+    assert (result["rc"], result["switch"], result["woke"]) == (0, "warm", False)
+    assert (world.units[B].active_state, world.units[B].asleep) == ("active", 1)
+    assert ("stop", B) not in world.state_calls()
+    saved = json.loads(world.state_file.read_text())
+    assert saved["active"]["sleep_mode"] is True
+    assert [(s["model"], s["level"], s["main_pid"]) for s in saved["sleeping"]] == [
+        ("blue", 1, 4242)]
+
+    world.calls.clear()
+    back = {**world.args, **warm, "model": "blue", "unit": B, "url": servers[0].base,
+            "served_model_name": "blue-model", "port": 8101, "record": {},
+            "startup_timeout": 30}
+    result = run_cutover(back)
+    assert (result["rc"], result["switch"], result["woke"]) == (0, "warm", True)
+    assert not [c for c in world.state_calls() if c[0] in ("start", "restart")]
+    assert (world.units[B].asleep, world.units[B].main_pid) == (0, 4242)
+    assert world.units[G].asleep == 1
+    saved = json.loads(world.state_file.read_text())
+    assert [s["model"] for s in saved["sleeping"]] == ["green"]
+
+
+def test_warm_options_are_checked(world):
+    result = run_cutover({**world.args, "sleep_level": 3})
+    assert result["rc"] == 1
+    assert "sleep_level" in result["msg"]
+    assert "1, 2" in result["msg"]

@@ -1,0 +1,307 @@
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
+"""Warm switches (issue 35 item 1): blue sleeps instead of stopping, a sleeping green wakes,
+a failed gate wakes blue back. Driven on the fake host (unit/fake_host.py), whose sleep
+routes are vLLM 0.32's dev-mode ones as vllm/entrypoints/serve/dev/sleep/api_router.py
+(POST /sleep?level&mode with PauseMode abort|wait|keep, POST /wake_up?tags, GET
+/is_sleeping), dev/rpc/api_router.py (POST /collective_rpc {"method"}) and
+dev/cache/api_router.py (POST /reset_prefix_cache) have them in the lab image's
+vllm 0.32.0-cpu; the figures the fake answers with are the lab's (/sleep?level=1 0.03 s,
+/wake_up 0.1 s, /health 200 and completions unanswered while asleep). nginx reads the
+real upstream file in tmp_path.
+"""
+
+import socket
+
+import pytest
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils import record as record_mod
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.cutover import (
+    Cutover,
+    CutoverError,
+    Host,
+    Settings,
+    wake_steps,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import (
+    FrontDoor,
+    upstream_conf,
+)
+
+from unit.fake_host import CRASH, HEALTHY, ZERO_TOKENS, FakeHost
+
+B, G, R = "vllm-blue.service", "vllm-green.service", "vllm-red.service"
+FD_URL = "http://127.0.0.1:8000"
+BLUE_PORT, RED_PORT = 8101, 8102
+GIB = 1024**3
+SINCE = "2027-01-01T00:00:00+00:00"
+
+
+@pytest.fixture
+def port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def spec(name, port, sleep_mode=True, gpus=()):
+    return {"model": name, "unit": f"vllm-{name}.service", "url": f"http://127.0.0.1:{port}",
+            "port": port, "served_model_name": f"{name}-model", "startup_timeout_s": 60,
+            "revision": "a" * 40, "gpus": list(gpus), "sleep_mode": sleep_mode}
+
+
+def asleep(unit, level):
+    """A unit as a warm switch left it: running, asleep at `level`."""
+    unit.asleep, unit.asleep_tags, unit.weights_stale = level, {"weights", "kv_cache"}, level == 2
+    return unit
+
+
+class World:
+    """Blue active (recorded, behind the front door, able to sleep), green installed."""
+
+    def __init__(self, tmp_path, port, *, green=HEALTHY, green_asleep=0, blue_sleep=True,
+                 red_asleep=False, gpus=()):
+        self.host = FakeHost()
+        self.host.cgroup_root = str(tmp_path / "cgroup")
+        self.blue = dict(spec("blue", BLUE_PORT, blue_sleep, gpus), since=SINCE)
+        self.green = spec("green", port, gpus=gpus)
+        self.b = self.host.unit(B, self.blue["url"], "blue-model", active=True,
+                                sleep_mode=blue_sleep, worker_pids=[4301])
+        self.g = self.host.unit(G, self.green["url"], "green-model", behaviour=green,
+                                sleep_mode=True, active=bool(green_asleep), worker_pids=[4401])
+        sleeping = []
+        if green_asleep:
+            self.g.main_pid = 4343
+            asleep(self.g, green_asleep)
+            sleeping.append(dict(self.green, since=SINCE, level=green_asleep, main_pid=4343))
+        if red_asleep:
+            red = spec("red", RED_PORT)
+            self.r = asleep(self.host.unit(R, red["url"], "red-model", active=True,
+                                           sleep_mode=True), 1)
+            sleeping.insert(0, dict(red, since=SINCE, level=1, main_pid=4242))
+        self.file = tmp_path / "nginx" / "upstream.conf"
+        self.file.parent.mkdir()
+        self.file.write_text(upstream_conf(BLUE_PORT, model="blue"))
+        self.nginx = self.host.frontdoor(FD_URL, self.file)
+        self.nginx.loaded = BLUE_PORT
+        self.state_file = tmp_path / "vllm_fleet.fact"
+        record = {"active": self.blue, "previous": None, "history": []}
+        if sleeping:
+            record["sleeping"] = sleeping
+        record_mod.write(str(self.state_file), record)
+
+    def run(self, **kwargs):
+        door = FrontDoor(self.host.run_command, str(self.file), FD_URL, request=self.host.request,
+                         clock=self.host.clock, sleep=self.host.sleep)
+        host = Host(self.host.run_command, request=self.host.request, clock=self.host.clock,
+                    wall=self.host.wall, sleep=self.host.sleep, cgroup_root=self.host.cgroup_root)
+        procs = kwargs.pop("gpu_processes", None)
+        kwargs.setdefault("switch_mode", "warm")
+        cut = Cutover(host, self.green, str(self.state_file), Settings(**kwargs),
+                      frontdoor=door, gpu_processes=procs)
+        return cut.run_plan(record_mod.load(str(self.state_file)))
+
+    def fail(self, **kwargs):
+        with pytest.raises(CutoverError) as caught:
+            self.run(**kwargs)
+        return caught.value
+
+    def saved(self):
+        return record_mod.load(str(self.state_file))
+
+    def snapshot(self):
+        """nvidia-smi as the fake host's units hold memory now (GPU 0: blue's and green's)."""
+        procs = [{"pid": u.worker_pids[0], "gpu_index": 0,
+                  "used_memory_bytes": self.host.gpu_bytes(u)}
+                 for u in (self.b, self.g) if u.main_pid]
+        return {"gpus": [{"index": 0, "memory_used_bytes": sum(p["used_memory_bytes"]
+                                                               for p in procs)}],
+                "processes": procs}
+
+
+def test_wake_steps_are_vllms_for_each_level():
+    """Level 2 discarded the weights: weights back, reread, KV cache back, prefix cache reset
+    (vLLM's sleep mode docs; the routes are 0.32's)."""
+    assert [p for _m, p, _b in wake_steps(1)] == ["/wake_up"]
+    assert wake_steps(2) == (("POST", "/wake_up?tags=weights", None),
+                             ("POST", "/collective_rpc", {"method": "reload_weights"}),
+                             ("POST", "/wake_up?tags=kv_cache", None),
+                             ("POST", "/reset_prefix_cache", None))
+
+
+def test_warm_first_switch_blue_sleeps_and_green_starts_cold(tmp_path, port):
+    world = World(tmp_path, port)
+    result = world.run()
+    assert (result["switch"], result["woke"], result["green_wake_s"]) == ("warm", False, None)
+    assert result["blue_sleep_s"] == 0.03  # the fake's /sleep, as the lab measured
+    assert result["sleepers_stopped"] == []
+    # blue was drained, then slept with mode=wait at level 1; never stopped
+    assert world.b.sleep_modes == ["wait"]
+    assert (world.b.active_state, world.b.asleep, world.b.main_pid) == ("active", 1, 4242)
+    assert ("stop", B) not in world.host.state_calls()
+    assert ("start", G) in world.host.state_calls()
+    assert world.nginx.loaded == port
+    saved = world.saved()
+    assert saved["active"]["model"] == "green"
+    assert saved["active"]["sleep_mode"] is True
+    assert saved["sleeping"] == [dict(world.blue, level=1, since="2027-01-15T08:00:00+00:00",
+                                      main_pid=4242)]
+
+
+def test_warm_return_green_wakes_without_a_start(tmp_path, port):
+    world = World(tmp_path, port, green_asleep=1)
+    result = world.run()
+    assert (result["switch"], result["woke"], result["green_wake_s"]) == ("warm", True, 0.1)
+    assert not [c for c in world.host.state_calls() if c[0] in ("start", "restart")]
+    assert world.g.main_pid == 4343  # the process that slept serves
+    assert (world.g.asleep, world.b.asleep) == (0, 1)
+    assert ("POST", f"{world.green['url']}/wake_up") in world.host.http
+    assert world.nginx.loaded == port
+    saved = world.saved()
+    assert [s["model"] for s in saved["sleeping"]] == ["blue"]  # green left it, blue joined
+
+
+def test_level_2_green_wakes_with_the_reload_sequence(tmp_path, port):
+    world = World(tmp_path, port, green_asleep=2)
+    result = world.run()
+    assert result["woke"] is True
+    events = [e for e in world.host.events() if "vllm-green" in e and e.split()[0] in
+              ("wake", "rpc", "reset_prefix_cache")]
+    assert events == [f"wake {G} tags=weights", f"rpc {G} reload_weights",
+                      f"wake {G} tags=kv_cache", f"reset_prefix_cache {G}"]
+    assert result["green_health"]["ok"] is True  # reloaded weights complete with tokens
+
+
+def test_failed_gate_after_a_wake_wakes_blue_back(tmp_path, port):
+    world = World(tmp_path, port, green=ZERO_TOKENS, green_asleep=1)
+    exc = world.fail()
+    assert exc.msg.endswith("Rolled back: blue woke and is serving again.")
+    assert "green green failed its health gate at completion" in exc.msg
+    assert ("stop", G) in world.host.state_calls()  # the woken green is stopped
+    assert ("start", B) not in world.host.state_calls()
+    assert (world.b.active_state, world.b.asleep, world.b.main_pid) == ("active", 0, 4242)
+    assert world.nginx.loaded == BLUE_PORT
+    assert exc.fields["blue_health"]["ok"] is True
+    saved = world.saved()
+    assert saved["active"]["model"] == "blue"
+    assert saved["sleeping"] == []  # green is stopped, no longer asleep
+
+
+def test_failed_gate_after_a_cold_start_wakes_blue_back(tmp_path, port):
+    world = World(tmp_path, port, green=CRASH)
+    exc = world.fail()
+    assert exc.msg.endswith("Rolled back: blue woke and is serving again.")
+    assert ("start", B) not in world.host.state_calls()
+    assert ("POST", f"{world.blue['url']}/wake_up") in world.host.http
+    assert (world.b.asleep, world.b.main_pid) == (0, 4242)
+    assert world.nginx.loaded == BLUE_PORT
+    assert "sleeping" not in world.saved()  # the record is blue's, as before
+
+
+def test_a_wake_that_fails_rolls_back(tmp_path, port):
+    world = World(tmp_path, port, green_asleep=1)
+    world.g.wake_error = 500
+    exc = world.fail()
+    assert "green green did not wake: POST /wake_up answered 500" in exc.msg
+    assert exc.msg.endswith("Rolled back: blue woke and is serving again.")
+    assert world.g.active_state == "inactive"
+
+
+def test_standby_max_1_stops_the_oldest_sleeper(tmp_path, port):
+    world = World(tmp_path, port, red_asleep=True)
+    result = world.run()
+    assert result["sleepers_stopped"] == ["red"]
+    assert ("stop", R) in world.host.state_calls()
+    assert ("disable", R) in world.host.state_calls()
+    assert world.r.active_state == "inactive"
+    assert [s["model"] for s in world.saved()["sleeping"]] == ["blue"]
+
+
+def test_standby_max_2_keeps_both(tmp_path, port):
+    world = World(tmp_path, port, red_asleep=True)
+    result = world.run(warm_standby_max=2)
+    assert result["sleepers_stopped"] == []
+    assert [s["model"] for s in world.saved()["sleeping"]] == ["red", "blue"]
+
+
+def test_blue_without_sleep_mode_is_switched_cold(tmp_path, port):
+    world = World(tmp_path, port, blue_sleep=False)
+    result = world.run()
+    assert result["switch"] == "cold"
+    assert "blue blue runs without sleep mode" in result["warm_refused"]
+    assert ("stop", B) in world.host.state_calls()
+    assert world.b.sleep_modes == []
+    assert "sleeping" not in world.saved()
+
+
+def test_cold_mode_stops_blue_that_could_sleep(tmp_path, port):
+    world = World(tmp_path, port)
+    result = world.run(switch_mode="cold")
+    assert "switch" not in result  # the cold result, as before
+    assert ("stop", B) in world.host.state_calls()
+    assert world.b.sleep_modes == []
+
+
+def test_parallel_warm_is_refused_quietly(tmp_path, port):
+    world = World(tmp_path, port)
+    result = world.run(strategy="parallel")
+    assert (result["switch"], result["warm_refused"]) == (
+        "cold", ("a parallel switch stops blue only after green serves; warm switches are "
+                 "sequential"))
+    assert world.b.active_state == "inactive"
+
+
+def test_gpu_memory_down_to_the_residual(tmp_path, port):
+    world = World(tmp_path, port, gpus=[0])
+    result = world.run(gpu_processes=world.snapshot)
+    assert result["switch"] == "warm"
+    assert world.host.gpu_bytes(world.b) == GIB
+
+
+def test_a_sleeper_that_keeps_its_memory_fails_the_switch(tmp_path, port):
+    world = World(tmp_path, port, gpus=[0])
+    world.b.keeps_memory = True
+    exc = world.fail(gpu_processes=world.snapshot, sleep_residual_bytes=2 * GIB)
+    assert ("blue blue sleeps but still holds more than its residual of 2147483648 bytes "
+            "per GPU after 30 s: GPU 0 42949672960 bytes") in exc.msg
+    assert exc.msg.endswith("Rolled back: blue woke and is serving again.")
+    assert ("start", G) not in world.host.state_calls()
+    assert world.b.asleep == 0
+
+
+def test_a_check_mode_plan_says_warm(tmp_path, port):
+    world = World(tmp_path, port, green_asleep=1)
+    door = FrontDoor(world.host.run_command, str(world.file), FD_URL, request=world.host.request)
+    host = Host(world.host.run_command, request=world.host.request, clock=world.host.clock,
+                wall=world.host.wall, sleep=world.host.sleep)
+    result = Cutover(host, world.green, str(world.state_file), Settings(switch_mode="warm"),
+                     frontdoor=door).run_plan(world.saved(), check_mode=True)
+    assert (result["action"], result["switch"]) == ("switch", "warm")
+    assert world.b.asleep == 0  # nothing changed
+    assert world.g.asleep == 1
+
+
+def test_a_sleeper_of_another_revision_is_restarted_not_woken(tmp_path, port):
+    """The sleeper serves the revision it slept with; green asks for another one."""
+    world = World(tmp_path, port, green_asleep=1)
+    world.green["revision"] = "b" * 40
+    result = world.run()
+    assert result["woke"] is False
+    assert ("restart", G) in world.host.state_calls()
+    assert ("POST", f"{world.green['url']}/wake_up") not in world.host.http
+    assert world.g.main_pid != 4343
+    assert [s["model"] for s in world.saved()["sleeping"]] == ["blue"]
+
+
+def test_a_revision_update_stays_cold_in_warm_mode(tmp_path, port):
+    world = World(tmp_path, port)
+    world.green = dict(world.blue, revision="b" * 40)
+    world.green.pop("since")
+    world.green["model_dir"], world.green["model_link"] = str(tmp_path / "b"), str(
+        tmp_path / "link")
+    (tmp_path / "link").symlink_to(tmp_path / "a")
+    result = world.run()
+    assert result["action"] == "update"
+    assert (result["switch"], result["warm_refused"]) == (
+        "cold", ("a revision update of the same model stays cold (the new revision needs a "
+                 "new process)"))
+    assert world.b.sleep_modes == []
