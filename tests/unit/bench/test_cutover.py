@@ -246,3 +246,42 @@ def test_report_speed_prints_every_target_and_fails_only_when_asked(capsys):
     assert cutover.report_speed(targets, speed=True) == ["speed: ratio <= 1.05, got 1.068"]
     assert capsys.readouterr().out.splitlines() == [
         "speed target ratio <= 1.05: 1.068 - missed", "speed target requests >= 500: 550 - met"] * 2
+
+
+def test_warm_legs_must_be_warm_and_a_rollback_leg_must_fail_and_roll_back():
+    warm = leg(strategy="warm", switch="warm")
+    assert cutover.targets_missed(warm) == []
+    assert cutover.targets_missed(leg(strategy="warm", switch="cold")) == [
+        "warm -> tiny_mla: the switch was cold, not warm"]
+    assert cutover.targets_missed(leg(strategy="warm", switch="warm", other_failures=1,
+                                      other_examples=["502"])) == [
+        "warm -> tiny_mla: 1 failures were not 503 + Retry-After: ['502']"]
+    rollback = leg(strategy="warm", green="tiny_slow", expect_rollback=True, rc=2,
+                   rolled_back=True, msg="... Rolled back: tiny_gqa woke and is serving again.")
+    assert cutover.targets_missed(rollback) == []
+    assert cutover.targets_missed(dict(rollback, rc=0, rolled_back=None, msg="ok")) == [
+        ("warm -> tiny_slow: wanted a failed switch rolled back to blue, got rc 0, "
+        "rolled_back None: ok")]
+    assert cutover.site_strategy("warm") == ("sequential", {"vllm_fleet_switch_mode": "warm"})
+    assert cutover.site_strategy("parallel") == ("parallel", {})
+
+
+def test_the_lab_figures_file_names_each_leg_and_paper_reads_it(tmp_path):
+    rows = [leg(strategy="sequential", downtime_s=31.2, time_to_healthy_s=30.1, failed=40),
+            leg(strategy="warm", switch="warm", downtime_s=33.0, time_to_healthy_s=32.0,
+                failed=44, woke=False),
+            leg(strategy="warm", green="tiny_gqa", switch="warm", downtime_s=1.4,
+                time_to_healthy_s=0.9, failed=3, woke=True, green_wake_s=0.1),
+            leg(strategy="warm", green="tiny_slow", expect_rollback=True, rc=2,
+                rolled_back=True, downtime_s=7.5, time_to_healthy_s=None, failed=12)]
+    out = tmp_path / "cutover-warm.json"
+    cutover.write_lab_figures(out, rows)
+    runs = json.loads(out.read_text())["runs"]
+    assert [(r["case"], r["outage_s"], r["failed_requests"]) for r in runs] == [
+        ("cold sequential", 31.2, 40), ("warm first switch", 33.0, 44),
+        ("warm return", 1.4, 3), ("warm rollback", 7.5, 12)]
+    assert runs[2]["woke"] is True
+    lines = cutover.lab_section(out)
+    assert lines[2].split()[:4] == ["cold", "sequential", "31.20", "30.10"]
+    assert lines[4].split()[:4] == ["warm", "return", "1.40", "0.90"]
+    assert lines[4].endswith("CPU")
