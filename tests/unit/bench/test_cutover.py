@@ -259,9 +259,9 @@ def test_warm_legs_must_be_warm_and_a_rollback_leg_must_fail_and_roll_back():
     rollback = leg(strategy="warm", green="tiny_slow", expect_rollback=True, rc=2,
                    rolled_back=True, msg="... Rolled back: tiny_gqa woke and is serving again.")
     assert cutover.targets_missed(rollback) == []
-    assert cutover.targets_missed(dict(rollback, rc=0, rolled_back=None, msg="ok")) == [
-        ("warm -> tiny_slow: wanted a failed switch rolled back to blue, got rc 0, "
-        "rolled_back None: ok")]
+    wanted = ("warm -> tiny_slow: wanted a failed switch rolled back to blue, got rc 0, "
+              "rolled_back None: ok")
+    assert cutover.targets_missed(dict(rollback, rc=0, rolled_back=None, msg="ok")) == [wanted]
     assert cutover.site_strategy("warm") == ("sequential", {"vllm_fleet_switch_mode": "warm"})
     assert cutover.site_strategy("parallel") == ("parallel", {})
 
