@@ -295,22 +295,26 @@ def _host_level(blue, host_ram_bytes, reserve_bytes, other_pinned):
         return 1, host, (f"host RAM for level 1: {blue['name']}'s weights {_gib(need)} pinned, "
                          f"{_gib(available)} free for it")
     host["short_bytes"] = need - available
-    beside = f" beside {_gib(other_pinned)} already pinned" if other_pinned else ""
+    beside = (f" beside {_gib(other_pinned)} already pinned" if other_pinned else
+              f": host RAM {_gib(int(host_ram_bytes))} less the {_gib(reserve_bytes)} reserve")
     return 2, host, (f"host RAM short by {_gib(need - available)} for level 1 ({blue['name']}'s "
                      f"weights {_gib(need)}, {_gib(available)} free{beside}): level 2, its "
                      f"wake rereads the weights from disk")
 
 
-def _sleepers(blue, green, residual, sleepers):
-    """(residual bytes per GPU index, host RAM pinned by others) once blue sleeps."""
-    residuals = dict.fromkeys(blue["gpus"], residual)
+def _sleepers(blue, green, residual, sleepers, count_pinned=True):
+    """(residual bytes per GPU index, host RAM pinned by others) once blue sleeps.
+
+    count_pinned: False on a real host, whose MemAvailable already leaves out what the
+    sleepers there pinned."""
+    residuals = dict.fromkeys(blue["gpus"], residual) if blue else {}
     other_pinned = 0
     for sleeper in sleepers:
         for index in sleeper["gpus"]:
             residuals[index] = residuals.get(index, 0) + int(sleeper["residual_bytes_per_gpu"])
-        if sleeper.get("asleep") == 1:
+        if count_pinned and sleeper.get("asleep") == 1:
             other_pinned += pinned_bytes(sleeper)
-    if green.get("asleep") == 1:
+    if count_pinned and green.get("asleep") == 1:
         other_pinned += pinned_bytes(green)  # pinned until green wakes, after blue sleeps
     return residuals, other_pinned
 
@@ -346,7 +350,7 @@ def _refit_green(plan, green, fit):
 
 def plan_switch(blue, green, *, gpus, host_ram_bytes=None,
                 reserve_bytes=DEFAULT_HOST_RESERVE_BYTES, residual_bytes_per_gpu=None,
-                standby_max=1, sleepers=(), refit=None):
+                standby_max=1, sleepers=(), refit=None, count_pinned=True):
     """The plan of one switch from blue (serving) to green.
 
     blue, green: served_model() dicts. green may carry ``asleep`` (its level, 1 or 2)
@@ -359,6 +363,8 @@ def plan_switch(blue, green, *, gpus, host_ram_bytes=None,
     green, with ``asleep`` and ``residual_bytes_per_gpu`` (their pinned weights
     counted against host RAM when asleep at level 1). refit(share): green's fit
     report at that gpu_memory_utilization (model_fit), called when green starts.
+    count_pinned: False when host_ram_bytes is a real host's MemAvailable, which already
+    leaves out the sleepers' pinned weights.
 
     Returns {"mode": "warm"|"cold", "level", "reasons", "residual_bytes_per_gpu",
     "residual_source", "share", "catalog_share", "gpu_checks", "fit", "host",
@@ -376,7 +382,7 @@ def plan_switch(blue, green, *, gpus, host_ram_bytes=None,
         return _summarise(plan)
     residual, source = sleep_residual_bytes(blue["tensor_parallel_size"], residual_bytes_per_gpu)
     plan["residual_bytes_per_gpu"], plan["residual_source"] = residual, source
-    residuals, other_pinned = _sleepers(blue, green, residual, sleepers)
+    residuals, other_pinned = _sleepers(blue, green, residual, sleepers, count_pinned)
     gpu_map = _gpu_list(gpus)
     share = _green_share(green, residuals, gpu_map)
     plan["share"] = share
@@ -496,18 +502,13 @@ def plan_pairs(names, entries, fits, fit_args, gpu_profile, settings=None):
     was called (fit.yml's __vllm_model_fit_args); settings: switch_mode (the fleet's),
     standby_max, residual_bytes_per_gpu, reserve_bytes, host_memory_bytes.
     Returns the lines to show (none when no pair is warm)."""
-    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.model_fit import size_model
-
     settings = settings or {}
     fleet_mode = settings.get("switch_mode") or "cold"
     models = {name: served_model(name, entries[name], fits.get(name),
                                  switch_mode(entries[name], fleet_mode)) for name in names}
 
     def refit(name, share):
-        args = fit_args[name]
-        kwargs = dict(args.get("kwargs") or {})
-        kwargs["serve"] = dict(kwargs.get("serve") or {}, gpu_memory_utilization=share)
-        return size_model(args.get("config"), **kwargs)
+        return refit_with(fit_args[name])(share)
 
     host = settings.get("host_memory_bytes")
     reserve = settings.get("reserve_bytes")
@@ -533,3 +534,238 @@ def plan_pairs(names, entries, fits, fit_args, gpu_profile, settings=None):
             lines.extend(render_lines(steps))
             lines.append("")
     return lines
+
+
+# -- the deploy's decision, on the host -------------------------------------------------
+SLEEP_LEVEL_SETTINGS = ("auto", "1", "2")
+LEVEL_DISCARDS_WEIGHTS = 2
+
+
+def sleep_level_setting(value):
+    """vllm_fleet_sleep_level as 'auto', '1' or '2' (auto: the level the host's RAM allows)."""
+    text = "auto" if value in (None, "") else str(value).strip().lower()
+    if text not in SLEEP_LEVEL_SETTINGS:
+        raise WarmSwitchError(f"vllm_fleet_sleep_level must be auto, 1 or 2, got {value!r}")
+    return text
+
+
+def recorded_model(entry):
+    """A served_model() dict from a deployment record's entry (its active model or a sleeper).
+
+    The size comes from the entry's ``sizing`` (written when it became active: its weights
+    per GPU, GPUs, tensor parallel size and the gpu_memory_utilization it started with); a
+    model on no GPU (vLLM on CPU) has nothing to size; one on GPUs whose record has no sizing
+    (written before it was kept, or deployed unsized) is not sized."""
+    entry = entry or {}
+    sizing = entry.get("sizing") or {}
+    gpus = [int(g) for g in entry.get("gpus") or []]
+    replica = entry.get("replica") or {}
+    weights = sizing.get("weights_bytes_per_gpu")
+    return {
+        "name": entry.get("model"), "unit": entry.get("unit"),
+        "repo_id": entry.get("repo_id"), "revision": entry.get("revision"),
+        "switch_mode": "warm" if entry.get("sleep_mode") else "cold",
+        "nodes": int(replica.get("nodes") or len(replica.get("members") or ()) or 2)
+        if replica else 1,
+        "gpus": gpus, "gpus_needed": int(sizing.get("gpus_needed") or len(gpus)),
+        "tensor_parallel_size": int(sizing.get("tensor_parallel_size") or max(1, len(gpus))),
+        "pipeline_parallel_size": 1,
+        "gpu_memory_utilization": float(sizing.get("gpu_memory_utilization") or 0.9),
+        "weights_bytes_per_gpu": 0 if not gpus else weights,
+        "sized": not gpus or weights not in (None, ""),
+    }
+
+
+def record_sizing(green, share):
+    """What the record keeps of green (its ``sizing``) so that a later switch can plan it as
+    blue or as a sleeper; {} for a model on no GPU or one not sized."""
+    if not green["gpus"] or not green["sized"] or green["weights_bytes_per_gpu"] in (None, ""):
+        return {}
+    return {"weights_bytes_per_gpu": int(green["weights_bytes_per_gpu"]),
+            "gpus_needed": int(green["gpus_needed"]),
+            "tensor_parallel_size": int(green["tensor_parallel_size"]),
+            "gpu_memory_utilization": share,
+            "catalog_gpu_memory_utilization": green["gpu_memory_utilization"]}
+
+
+def _kept_share(green, entry):
+    """The share a running model keeps (its unit unchanged) while its catalog share is the
+    one it started from; None when the record does not say."""
+    sizing = (entry or {}).get("sizing") or {}
+    if sizing.get("gpu_memory_utilization") in (None, ""):
+        return None
+    if float(sizing.get("catalog_gpu_memory_utilization") or -1) != green["gpu_memory_utilization"]:
+        return None
+    return float(sizing["gpu_memory_utilization"])
+
+
+def _settle(plan, green, level_asked):
+    """Apply vllm_fleet_sleep_level to a warm plan: 2 forces level 2, 1 makes a host that
+    cannot hold level 1 switch cold; a model on no GPU frees nothing, so its level is the one
+    asked (auto: 1)."""
+    if plan["mode"] != "warm":
+        return plan
+    if not green["gpus"]:
+        level = 2 if level_asked == "2" else 1
+        plan.update(level=level, host=None)
+        plan["reasons"][-1] = (f"no GPU: its sleep frees no GPU memory (vLLM on CPU ignores "
+                               f"it); level {level} (vllm_fleet_sleep_level: {level_asked})")
+    elif level_asked == "2" and plan["level"] == 1:
+        plan["level"] = 2
+        plan["reasons"][-1] = ("level 2, as vllm_fleet_sleep_level asks (the host RAM would "
+                               "hold level 1: " + plan["reasons"][-1] + ")")
+    elif level_asked == "1" and plan["level"] == LEVEL_DISCARDS_WEIGHTS:
+        plan.update(mode="cold", level=None)
+        plan["reasons"] = ["vllm_fleet_sleep_level is 1 and level 1 does not fit: "
+                           + plan["reasons"][-1].split(": level 2")[0]
+                           + " (set vllm_fleet_sleep_level: auto to sleep at level 2)"]
+    return _summarise(plan)
+
+
+def _record_sleepers(record, green, gpu_facts, exclude_pids, override):
+    """(the record's sleepers other than green, green with ``asleep`` and ``share`` when it
+    sleeps at the revision asked for). A sleeper's residual: measured (its unit's processes
+    in nvidia-smi) unless set, else modelled."""
+    green = dict(green)
+    sleepers = []
+    for entry in record.get("sleeping") or []:
+        model = recorded_model(entry)
+        model["asleep"] = int(entry.get("level") or 1)
+        measured = measured_residual(gpu_facts, (exclude_pids or {}).get(entry.get("unit"), ()))
+        model["residual_bytes_per_gpu"] = (
+            measured if measured is not None and override in (None, "")
+            else sleep_residual_bytes(model["tensor_parallel_size"], override)[0])
+        model["share"] = _kept_share(model, entry) or model["gpu_memory_utilization"]
+        if entry.get("unit") != green.get("unit"):
+            sleepers.append(model)
+        elif entry.get("revision") == green.get("revision"):
+            green["asleep"] = model["asleep"]
+            green["share"] = _kept_share(green, entry) or green["gpu_memory_utilization"]
+    return sleepers, green
+
+
+def _no_switch(head, green, active, share_beside):
+    """Green is the active model: its unit keeps the share it started with (a re-run changes
+    nothing); a revision update starts afresh, beside the sleepers."""
+    same = active.get("revision") == green.get("revision")
+    kept = _kept_share(green, active) if same else None
+    head.update(switch=False, share=kept if kept is not None else share_beside())
+    head["reasons"].append(
+        f"{green['name']} is the active model: no switch" if same else
+        "a revision update of the same model: out of scope of warm switches (the new "
+        "revision needs a new process)")
+    plan = _summarise(head)
+    plan["summary"] = f"{green['name']}: no switch: {head['reasons'][0]}"
+    plan["lines"] = [plan["summary"]]
+    return plan
+
+
+def decide(green, record, *, gpus, host=None, settings=None, exclude_pids=None,
+           gpu_facts=None, refit=None):
+    """The deploy's warm switch decision for green on this host, before anything changes:
+    the same plan_switch as plan.yml, with what the host has now.
+
+    green: green_model() of the model asked for. record: the host's deployment record (its
+    active model and sleepers, each with the ``sizing`` record_sizing kept). gpus:
+    [{index, memory_total_bytes, memory_used_bytes}] as host_gpus gives them, with the
+    memory of blue's, the sleepers' and green's own processes left out (they are planned
+    from their residuals); the hardware profile's when no driver answers yet. host:
+    read("meminfo") (None: host RAM not known, level 2). settings: switch_mode (the
+    fleet's), sleep_level (auto, 1, 2), standby_max, residual_bytes_per_gpu, reserve_bytes.
+    gpu_facts and exclude_pids ({unit: pids}): a sleeper's residual measured with
+    nvidia-smi (measured_residual) in place of the modelled one. refit(share): green's fit
+    at that gpu_memory_utilization.
+
+    Returns plan_switch's dict plus ``switch`` (whether green replaces another model),
+    ``share`` (the gpu_memory_utilization green's unit gets; None for a model on no GPU) and
+    ``sizing`` (what the record keeps of green)."""
+    settings = settings or {}
+    level_asked = sleep_level_setting(settings.get("sleep_level"))
+    reserve = settings.get("reserve_bytes")
+    reserve = DEFAULT_HOST_RESERVE_BYTES if reserve in (None, "") else _int(
+        reserve, "vllm_fleet_warm_host_reserve_bytes")
+    override = settings.get("residual_bytes_per_gpu")
+    record = record or {}
+    active = record.get("active") or None
+    sleepers, green = _record_sleepers(record, green, gpu_facts, exclude_pids, override)
+    on_gpus = bool(green["gpus"])
+    gpu_map = _gpu_list(gpus) if on_gpus else {}
+
+    def share_beside():
+        """Green's share when blue stops (cold): its own when it wakes, else the catalog's
+        less the residual of the sleepers that stay on its GPUs."""
+        if not on_gpus:
+            return None
+        if green.get("asleep"):
+            return green["share"]
+        residuals, _pinned = _sleepers(None, green, 0, sleepers, count_pinned=False)
+        return _green_share(green, residuals, gpu_map)
+
+    head = {"blue": (active or {}).get("model"), "green": green["name"], "mode": "cold",
+            "level": None, "reasons": [], "residual_bytes_per_gpu": None,
+            "residual_source": None, "catalog_share": green["gpu_memory_utilization"],
+            "gpu_checks": [], "fit": None, "host": None,
+            "green_wakes": bool(green.get("asleep")), "switch": True}
+    if active and active.get("model") == green["name"]:
+        plan = _no_switch(head, green, active, share_beside)
+    elif not active:
+        head.update(share=share_beside())
+        head["reasons"].append("no model serves: there is nothing to put to sleep")
+        plan = _summarise(head)
+    else:
+        host_ram = None
+        if host is not None and on_gpus:
+            try:
+                host_ram = host_ram_for_sleepers(host, reserve)["mem_available_bytes"]
+            except (OSError, WarmSwitchError):
+                host_ram = None  # not known: level 2, and the plan says so
+        plan = plan_switch(recorded_model(active), green, gpus=gpus if on_gpus else [],
+                           host_ram_bytes=host_ram if on_gpus else 0,
+                           reserve_bytes=reserve if on_gpus else 0,
+                           residual_bytes_per_gpu=override,
+                           standby_max=settings.get("standby_max", 1), sleepers=sleepers,
+                           refit=refit if on_gpus else None, count_pinned=False)
+        plan = _settle(dict(plan, switch=True), green, level_asked)
+        if plan["mode"] == "cold" or not on_gpus:
+            plan["share"] = share_beside()
+    plan["sizing"] = record_sizing(green, plan["share"])
+    return plan
+
+
+def green_model(name, entry, fit, fleet_mode, unit):
+    """served_model() of the model asked for, with its unit; a model on no GPU (vLLM on CPU)
+    has nothing to size and pins nothing."""
+    model = served_model(name, entry, fit, switch_mode(entry, fleet_mode))
+    model["unit"] = unit
+    if not model["gpus"]:
+        model.update(sized=True, weights_bytes_per_gpu=0)
+    return model
+
+
+def host_gpus(gpu_facts, gpu_profile, unit_pids, green):
+    """GPUs for decide(): gpu_facts' (the model services' own processes left out: unit_pids,
+    {unit: pids}), else the hardware profile's with none used; [] for a model on no GPU."""
+    if not green["gpus"]:
+        return []
+    if (gpu_facts or {}).get("gpus"):
+        pids = set()
+        for unit_set in (unit_pids or {}).values():
+            pids |= set(unit_set or ())
+        return gpus_from_facts(gpu_facts, pids)
+    if gpu_profile and gpu_profile.get("count"):
+        return profile_gpus(gpu_profile)
+    raise WarmSwitchError(
+        f"{green['name']} wants GPUs {green['gpus']}: wanted GPU facts (nvidia-smi) or a "
+        f"hardware profile with count and memory_total_bytes, found neither")
+
+
+def refit_with(fit_args):
+    """refit(share) for decide(): model_fit's size_model with the fit's own inputs
+    (fit.yml's __vllm_model_fit_args) at another gpu_memory_utilization."""
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.model_fit import size_model
+
+    def refit(share):
+        kwargs = dict(fit_args.get("kwargs") or {})
+        kwargs["serve"] = dict(kwargs.get("serve") or {}, gpu_memory_utilization=share)
+        return size_model(fit_args.get("config"), **kwargs)
+    return refit

@@ -15,12 +15,14 @@ lab Hub (lab/hub_server.py) for entries added through vllm_fleet_catalog_local."
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import hub_server
 import pytest
+import yaml
 from repo_paths import FIXTURES, ROOT
 
 MODELS = FIXTURES / "models"
@@ -393,3 +395,67 @@ def test_an_offline_hub_is_one_finding_of_the_report(tmp_path, check):
         assert PASSED in out
     else:
         refused(rc, out)
+
+
+WARM_PLAY = PLAY.replace("        msg: " + PASSED, """        msg: "{{ {
+                   'share': vllm_service_entry.serve.gpu_memory_utilization,
+                   'mode': __vllm_model_cutover_params.switch_mode | trim,
+                   'level': __vllm_model_cutover_params.sleep_level | trim,
+                   'sizing': __vllm_model_warm.warm_plan.sizing} | to_json }}"
+""")
+
+
+CATALOG = yaml.safe_load((ROOT / "roles/vllm_model/defaults/main/catalog.yml").read_text())[
+    "vllm_fleet_catalog"]
+
+
+def _record(path, active):
+    path.write_text(json.dumps({"active": active, "previous": None, "history": []}))
+
+
+def _warm_answer(out):
+    found = re.search(r"msg: '(\{.*?\})'", out)
+    assert found, out[-4000:]
+    return json.loads(found.group(1))
+
+
+def test_the_preflight_decides_the_warm_switch_on_this_host(tmp_path, hub):
+    """Issue 35 item 2 on a host: the role's preflight reads the deployment record and this
+    machine's /proc/meminfo (a few GiB: below the 32 GiB reserve, so MiniMax-M2.5's 215 GiB
+    of weights cannot be pinned) and plans the switch minimax_m25 -> kimi_k25_int4 on
+    rtx_pro_6000_x8_pcie warm at level 2, Kimi's unit at 0.92 less the TP8 sleeper's
+    residual (0.9013, as plan.yml shows in docs/check-mode-examples.md); the switch gets
+    that mode and level. With Kimi active at 0.9013, a re-run keeps its unit's share."""
+    record = tmp_path / "vllm_fleet.fact"
+    minimax = {"model": "minimax_m25", "unit": "vllm-minimax_m25.service",
+               "gpus": list(range(8)), "revision": "x" * 40, "sleep_mode": True,
+               "sizing": {"weights_bytes_per_gpu": 28_780_000_000, "gpus_needed": 8,
+                          "tensor_parallel_size": 8, "gpu_memory_utilization": 0.92,
+                          "catalog_gpu_memory_utilization": 0.92}}
+    _record(record, minimax)
+    extra = {"vllm_model_name": "kimi_k25_int4", "vllm_fleet_switch_mode": "warm",
+             "vllm_fleet_hardware_profile": "rtx_pro_6000_x8_pcie",
+             "__vllm_model_record_file": str(record)}
+    rc, out = preflight(tmp_path / "switch", hub, extra, play=WARM_PLAY)
+    assert rc == 0, out[-4000:]
+    answer = _warm_answer(out)
+    assert answer["share"] == 0.9013
+    assert (answer["mode"], answer["level"]) == ("warm", "2")
+    assert "minimax_m25 -> kimi_k25_int4: WARM, level 2" in out
+    # this machine's MemAvailable, less the 32 GiB reserve: nothing left to pin (the YAML
+    # output doubles the quote of "minimax_m25's")
+    assert re.search(r"host RAM short by 214\.43 GiB for level 1 \(minimax_m25'+s weights "
+                     r"214\.43 GiB, 0\.00 GiB free: host RAM [\d.]+ GiB less the 32\.00 GiB "
+                     r"reserve\): level 2", out), out[-4000:]
+    assert answer["sizing"]["gpu_memory_utilization"] == 0.9013
+    assert answer["sizing"]["catalog_gpu_memory_utilization"] == 0.92
+    kimi = {"model": "kimi_k25_int4", "unit": "vllm-kimi_k25_int4.service",
+            "gpus": list(range(8)), "revision": CATALOG["kimi_k25_int4"]["revision"],
+            "sleep_mode": True, "sizing": answer["sizing"]}
+    _record(record, kimi)
+    rc, out = preflight(tmp_path / "rerun", hub, dict(extra), play=WARM_PLAY)
+    assert rc == 0, out[-4000:]
+    rerun = _warm_answer(out)
+    assert rerun["share"] == 0.9013
+    assert rerun["sizing"] == answer["sizing"]  # the record's active entry is unchanged
+    assert "kimi_k25_int4 -> " not in out  # no switch, no plan shown

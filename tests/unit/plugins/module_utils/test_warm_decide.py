@@ -1,0 +1,237 @@
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
+"""The deploy's warm switch decision on a host (warm_switch.decide, module warm_switch_plan):
+the level the host's RAM allows, green's lowered share, cold and why - from the host's
+deployment record, /proc/meminfo and nvidia-smi, as plan.yml decides it on a profile.
+
+Figures: the catalog's MiniMax-M2.5 and Kimi-K2.5 INT4 sized by model_fit from their
+shipped config.json on rtx_pro_6000_x8_pcie (as test_warm_switch.py); MemAvailable as
+/proc/meminfo prints it (kB); vLLM's free-memory check request_memory() in
+vllm/v1/worker/utils.py (vllm-project/vllm at 0027b02769fb).
+"""
+
+import json
+
+import pytest
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils import model_fit as mf
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils import warm_switch as ws
+from ansible_collections.vllm_fleet.fleet.plugins.modules import warm_switch_plan
+from repo_paths import ROOT
+
+GIB = 1024**3
+CONFIGS = ROOT / "roles" / "vllm_model" / "files" / "model_configs"
+RTX = {"count": 8, "memory_total_bytes": 102641958912, "compute_capability": "12.0",
+       "interconnect": "pcie"}
+ENTRIES = {
+    "minimax_m25": {
+        "repo_id": "MiniMaxAI/MiniMax-M2.5", "gpus": list(range(8)),
+        "size_bytes": 230000000000, "switch_mode": "warm", "revision": "a" * 40,
+        "serve": {"tensor_parallel_size": 8, "enable_expert_parallel": True,
+                  "max_model_len": 196608, "gpu_memory_utilization": 0.92}},
+    "kimi_k25_int4": {
+        "repo_id": "moonshotai/Kimi-K2.5", "gpus": list(range(8)), "size_bytes": 595000000000,
+        "switch_mode": "warm", "revision": "b" * 40,
+        "serve": {"tensor_parallel_size": 8, "max_model_len": 131072,
+                  "gpu_memory_utilization": 0.92, "kv_cache_dtype": "fp8",
+                  "decode_context_parallel_size": 8}},
+}
+
+
+def _fit_args(name):
+    entry = ENTRIES[name]
+    config = json.loads((CONFIGS / (entry["repo_id"].replace("/", "--") + ".config.json"))
+                        .read_text())
+    return {"config": config, "kwargs": {"serve": entry["serve"], "gpu": RTX,
+                                         "weight_bytes": entry["size_bytes"],
+                                         "vllm_version": "0.33.0", "repo_id": entry["repo_id"]}}
+
+
+FIT_ARGS = {name: _fit_args(name) for name in ENTRIES}
+FITS = {name: mf.size_model(a["config"], **a["kwargs"]) for name, a in FIT_ARGS.items()}
+
+
+def _green(name, **changes):
+    entry = dict(ENTRIES[name], **changes)
+    return ws.green_model(name, entry, FITS[name], "cold", f"vllm-{name}.service")
+
+
+def _recorded(name, share=0.92, **changes):
+    """A record entry as vllm_cutover writes it once the model is active, with its sizing."""
+    green = _green(name)
+    entry = {"model": name, "unit": f"vllm-{name}.service", "gpus": list(range(8)),
+             "repo_id": ENTRIES[name]["repo_id"], "revision": ENTRIES[name]["revision"],
+             "sleep_mode": True, "sizing": ws.record_sizing(green, share)}
+    entry.update(changes)
+    return entry
+
+
+class Meminfo:
+    """/proc/meminfo as the kernel prints it (kB)."""
+
+    def __init__(self, available_bytes):
+        self.text = (f"MemTotal:       {2 * available_bytes // 1024} kB\n"
+                     f"MemFree:        {available_bytes // 2048} kB\n"
+                     f"MemAvailable:   {available_bytes // 1024} kB\n")
+
+    def read(self, key):
+        return self.text if key == "meminfo" else None
+
+
+def _decide(green, record, mem=None, gpus=None, **settings):
+    return ws.decide(green, record, gpus=gpus or ws.profile_gpus(RTX),
+                     host=Meminfo(mem) if mem else None,
+                     settings=dict({"switch_mode": "cold"}, **settings),
+                     refit=ws.refit_with(FIT_ARGS[green["name"]]))
+
+
+def test_minimax_to_kimi_on_a_host_with_512_gib_available_is_level_1_at_the_lowered_share():
+    plan = _decide(_green("kimi_k25_int4"), {"active": _recorded("minimax_m25")},
+                   mem=512 * GIB)
+    assert (plan["mode"], plan["level"], plan["switch"]) == ("warm", 1, True)
+    # MemAvailable already leaves out what sleepers pinned: nothing is subtracted twice
+    assert plan["host"]["available_bytes"] == 480 * GIB
+    assert plan["host"]["other_pinned_bytes"] == 0
+    assert plan["share"] == 0.9013  # 0.92 less the TP8 sleeper's 1.77 GiB residual
+    assert plan["fit"]["fits"]
+    assert plan["sizing"] == {
+        "weights_bytes_per_gpu": FITS["kimi_k25_int4"]["weights_bytes_per_gpu"],
+        "gpus_needed": 8, "tensor_parallel_size": 8, "gpu_memory_utilization": 0.9013,
+        "catalog_gpu_memory_utilization": 0.92}
+
+
+def test_kimi_back_to_minimax_with_512_gib_is_level_2_and_says_by_how_much():
+    plan = _decide(_green("minimax_m25"), {"active": _recorded("kimi_k25_int4", 0.9013)},
+                   mem=512 * GIB)
+    pinned = FITS["kimi_k25_int4"]["weights_bytes_per_gpu"] * 8
+    assert (plan["mode"], plan["level"]) == ("warm", 2)
+    assert plan["host"]["short_bytes"] == pinned - 480 * GIB
+    assert (f"host RAM short by {(pinned - 480 * GIB) / GIB:,.2f} GiB for level 1"
+            in plan["reasons"][-1])
+    assert round((pinned - 480 * GIB) / GIB, 2) == 88.33
+
+
+def test_sleep_level_1_asked_and_short_is_cold_level_2_asked_is_level_2():
+    record = {"active": _recorded("kimi_k25_int4", 0.9013)}
+    one = _decide(_green("minimax_m25"), record, mem=512 * GIB, sleep_level="1")
+    assert (one["mode"], one["level"]) == ("cold", None)
+    assert one["reasons"][0].startswith("vllm_fleet_sleep_level is 1 and level 1 does not fit: "
+                                        "host RAM short by 88.33 GiB")
+    assert one["share"] == 0.92  # cold: blue stops, no sleeper beside green
+    two = _decide(_green("kimi_k25_int4"), {"active": _recorded("minimax_m25")},
+                  mem=1024 * GIB, sleep_level=2)
+    assert (two["mode"], two["level"]) == ("warm", 2)
+    assert two["reasons"][-1].startswith("level 2, as vllm_fleet_sleep_level asks")
+    with pytest.raises(ws.WarmSwitchError, match="must be auto, 1 or 2, got '3'"):
+        _decide(_green("kimi_k25_int4"), record, sleep_level="3")
+
+
+def test_the_active_model_keeps_the_share_it_started_with_so_a_rerun_changes_nothing():
+    record = {"active": _recorded("kimi_k25_int4", 0.9013)}
+    plan = _decide(_green("kimi_k25_int4"), record, mem=512 * GIB)
+    assert (plan["switch"], plan["mode"], plan["share"]) == (False, "cold", 0.9013)
+    assert plan["summary"] == ("kimi_k25_int4: no switch: kimi_k25_int4 is the active model: "
+                               "no switch")
+    # the catalog's share changed: the unit gets the new one (a restart the operator asked for)
+    changed = ws.green_model(
+        "kimi_k25_int4", dict(ENTRIES["kimi_k25_int4"], serve=dict(
+            ENTRIES["kimi_k25_int4"]["serve"], gpu_memory_utilization=0.9)),
+        ws.refit_with(FIT_ARGS["kimi_k25_int4"])(0.9), "cold", "vllm-kimi_k25_int4.service")
+    assert _decide(changed, record)["share"] == 0.9
+    # a revision update starts afresh beside the sleepers (none here): the catalog's share
+    update = _decide(_green("kimi_k25_int4", revision="c" * 40), record)
+    assert (update["switch"], update["share"]) == (False, 0.92)
+    assert "revision update" in update["reasons"][0]
+
+
+def test_a_sleeping_green_wakes_with_its_share_and_blue_pins_beside_it():
+    record = {"active": _recorded("minimax_m25"),
+              "sleeping": [dict(_recorded("kimi_k25_int4", 0.9013), level=1)]}
+    plan = _decide(_green("kimi_k25_int4"), record, mem=1024 * GIB)
+    assert plan["green_wakes"]
+    assert (plan["mode"], plan["level"], plan["share"]) == ("warm", 1, 0.9013)
+    assert plan["fit"] is None  # its process keeps its memory: no refit
+    # the sleeper of another revision is restarted, not woken: a fresh share
+    other = _decide(_green("kimi_k25_int4", revision="c" * 40), record, mem=1024 * GIB)
+    assert not other["green_wakes"]
+    assert other["share"] == 0.9013
+
+
+def test_a_sleepers_measured_residual_and_the_services_memory_from_nvidia_smi():
+    """nvidia-smi counts blue's and the sleeper's processes in memory.used; the plan takes
+    them out (blue's sleep frees its memory; the sleeper is counted by its residual,
+    measured from its own process)."""
+    gpus_seen = [{"index": i, "uuid": f"GPU-{i}", "memory_total_bytes": RTX["memory_total_bytes"],
+                  "memory_used_bytes": 90 * GIB + 3 * GIB} for i in range(8)]
+    blue_procs = [{"pid": 100, "gpu_index": i, "used_memory_bytes": 90 * GIB} for i in range(8)]
+    sleeper_procs = [{"pid": 200, "gpu_index": i, "used_memory_bytes": 3 * GIB}
+                     for i in range(8)]
+    facts = {"gpus": gpus_seen, "processes": blue_procs + sleeper_procs}
+    pids = {"vllm-minimax_m25.service": {100}, "vllm-qwen.service": {200}}
+    green = _green("kimi_k25_int4")
+    gpus = ws.host_gpus(facts, RTX, pids, green)
+    assert [g["memory_used_bytes"] for g in gpus] == [0] * 8
+    sleeper = dict(_recorded("minimax_m25"), model="qwen", unit="vllm-qwen.service", level=2)
+    record = {"active": _recorded("minimax_m25"), "sleeping": [sleeper]}
+    plan = ws.decide(green, record, gpus=gpus, host=Meminfo(1024 * GIB), gpu_facts=facts,
+                     exclude_pids=pids, settings={"standby_max": 2})
+    torch_total = ws._gpu_list(gpus)[0]["torch_total_bytes"]
+    tp_residual = ws.sleep_residual_bytes(8)[0]
+    assert plan["gpu_checks"][0]["residual_bytes"] == tp_residual + 3 * GIB
+    expected = ws._floor_share(0.92 - (tp_residual + 3 * GIB) / torch_total)
+    assert plan["share"] == expected == 0.8697
+
+
+def test_a_record_from_before_sizing_is_switched_cold_once():
+    active = _recorded("minimax_m25")
+    active.pop("sizing")
+    plan = _decide(_green("kimi_k25_int4"), {"active": active}, mem=1024 * GIB)
+    assert plan["mode"] == "cold"
+    assert plan["reasons"] == ["minimax_m25 is not sized (no fit): its memory cannot be planned"]
+    assert plan["share"] == 0.92
+
+
+def test_no_meminfo_is_level_2_and_says_so():
+    plan = _decide(_green("kimi_k25_int4"), {"active": _recorded("minimax_m25")})
+    assert (plan["mode"], plan["level"]) == ("warm", 2)
+    assert plan["reasons"][-1].startswith("host memory not known")
+
+
+def test_a_model_on_no_gpu_vllm_on_cpu_is_warm_at_the_level_asked_and_keeps_its_unit():
+    """The lab: vLLM on CPU frees nothing asleep; the level is the one asked (auto: 1) and
+    the unit gets no share."""
+    cpu = {"repo_id": "vllm-fleet/tiny-mla", "gpus": [], "switch_mode": "warm",
+           "revision": "d" * 40, "serve": {}}
+    green = ws.green_model("tiny_mla", cpu, {}, "cold", "vllm-tiny_mla.service")
+    active = {"model": "tiny_gqa", "unit": "vllm-tiny_gqa.service", "gpus": [],
+              "revision": "e" * 40, "sleep_mode": True}
+    plan = ws.decide(green, {"active": active}, gpus=[], host=Meminfo(4 * GIB))
+    assert (plan["mode"], plan["level"], plan["share"], plan["sizing"]) == ("warm", 1, None, {})
+    assert plan["reasons"][-1] == ("no GPU: its sleep frees no GPU memory (vLLM on CPU "
+                                   "ignores it); level 1 (vllm_fleet_sleep_level: auto)")
+    two = ws.decide(green, {"active": active}, gpus=[], settings={"sleep_level": "2"})
+    assert two["level"] == 2
+    cold_blue = dict(active, sleep_mode=False)
+    cold = ws.decide(green, {"active": cold_blue}, gpus=[])
+    assert cold["mode"] == "cold"
+    assert "tiny_gqa runs without sleep mode" in cold["reasons"][0]
+
+
+def test_the_module_reads_the_record_and_meminfo_from_the_host(tmp_path):
+    state = tmp_path / "vllm_fleet.fact"
+    state.write_text(json.dumps({"active": _recorded("minimax_m25"), "previous": None,
+                                 "history": []}))
+    params = {"model": "kimi_k25_int4", "unit": "vllm-kimi_k25_int4.service",
+              "entry": ENTRIES["kimi_k25_int4"], "fit": FITS["kimi_k25_int4"],
+              "fit_args": FIT_ARGS["kimi_k25_int4"], "revision": None,
+              "state_file": str(state), "gpu_facts": None, "gpu_profile": RTX,
+              "switch_mode": "cold", "sleep_level": "auto", "warm_standby_max": 1,
+              "sleep_residual_bytes": None,
+              "host_reserve_bytes": ws.DEFAULT_HOST_RESERVE_BYTES}
+    plan = warm_switch_plan.plan(params, None, Meminfo(300 * GIB))
+    assert (plan["mode"], plan["level"], plan["share"]) == ("warm", 1, 0.9013)
+    assert plan["host"]["available_bytes"] == 268 * GIB
+    plan = warm_switch_plan.plan(params, None, Meminfo(200 * GIB))
+    assert (plan["mode"], plan["level"]) == ("warm", 2)
+    no_gpus = dict(params, gpu_profile=None)
+    with pytest.raises(ws.WarmSwitchError, match=r"wanted GPU facts .* or a hardware profile"):
+        warm_switch_plan.plan(no_gpus, None, Meminfo(200 * GIB))
