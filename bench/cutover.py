@@ -540,10 +540,13 @@ def lab_case(row, index_in_warm):
     return "warm first switch" if index_in_warm == 0 else "warm return"
 
 
-def write_lab_figures(path, rows):
+def write_lab_figures(path, rows, when=None):
     """The legs as lab_section reads them: outage = the front door's hold (downtime_s),
     until serving = green's gate (or blue's wake and gate in a rollback), failed = every
-    non-2xx a client saw."""
+    non-2xx a client saw. Runs of other cases already in the file stay (the cutover
+    scenario writes its cold legs first, then its warm ones), each with when it was
+    measured; the file's runs are in LAB_CASES order."""
+    when = when or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     runs, warm_seen = [], 0
     for row in rows:
         case = lab_case(row, warm_seen)
@@ -554,7 +557,15 @@ def write_lab_figures(path, rows):
                      "failed_requests": row["failed"], "sent": row["sent"],
                      "switch": row.get("switch"), "woke": row.get("woke"),
                      "green_wake_s": row.get("green_wake_s"),
-                     "blue_sleep_s": row.get("blue_sleep_s")})
+                     "blue_sleep_s": row.get("blue_sleep_s"), "measured_at": when})
+    try:
+        kept = json.loads(Path(path).read_text()).get("runs") or []
+    except (FileNotFoundError, ValueError, AttributeError):
+        kept = []
+    new_cases = {run["case"] for run in runs}
+    runs = [run for run in kept if run.get("case") not in new_cases] + runs
+    order = {case: rank for rank, case in enumerate(("cold parallel", *LAB_CASES))}
+    runs.sort(key=lambda run: order.get(run.get("case"), len(order)))
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps({"measured": "vLLM-CPU in the Molecule cutover scenario, "
                                       "not a GPU", "runs": runs}, indent=2) + "\n")

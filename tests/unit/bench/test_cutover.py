@@ -285,3 +285,34 @@ def test_the_lab_figures_file_names_each_leg_and_paper_reads_it(tmp_path):
     assert lines[2].split()[:4] == ["cold", "sequential", "31.20", "30.10"]
     assert lines[4].split()[:4] == ["warm", "return", "1.40", "0.90"]
     assert lines[4].endswith("CPU")
+
+
+def test_the_warm_legs_join_the_cold_ones_the_scenario_wrote_first(tmp_path):
+    """The cutover scenario runs its cold legs (parallel, sequential) and later its warm
+    ones, each bench writing the same file: the file ends with all of them, in LAB_CASES
+    order, each saying when it was measured; a case measured again replaces the old one."""
+    out = tmp_path / "cutover-warm.json"
+    cold = [leg(strategy="parallel", downtime_s=0.0, time_to_healthy_s=20.0, failed=0),
+            leg(strategy="parallel", green="tiny_gqa", downtime_s=0.0, time_to_healthy_s=21.0,
+                failed=0),
+            leg(strategy="sequential", downtime_s=31.2, time_to_healthy_s=30.1, failed=40)]
+    cutover.write_lab_figures(out, cold, when="2026-12-05T10:00:00Z")
+    warm = [leg(strategy="warm", switch="warm", downtime_s=33.0, time_to_healthy_s=32.0,
+                failed=44, woke=False),
+            leg(strategy="warm", green="tiny_gqa", switch="warm", downtime_s=1.4,
+                time_to_healthy_s=0.9, failed=3, woke=True, green_wake_s=0.1)]
+    cutover.write_lab_figures(out, warm, when="2026-12-05T10:05:00Z")
+    runs = json.loads(out.read_text())["runs"]
+    assert [(r["case"], r["outage_s"], r["measured_at"]) for r in runs] == [
+        ("cold parallel", 0.0, "2026-12-05T10:00:00Z"),
+        ("cold parallel", 0.0, "2026-12-05T10:00:00Z"),
+        ("cold sequential", 31.2, "2026-12-05T10:00:00Z"),
+        ("warm first switch", 33.0, "2026-12-05T10:05:00Z"),
+        ("warm return", 1.4, "2026-12-05T10:05:00Z")]
+    cutover.write_lab_figures(out, [leg(strategy="sequential", downtime_s=29.0,
+                                        time_to_healthy_s=28.0, failed=38)],
+                              when="2026-12-05T11:00:00Z")
+    runs = json.loads(out.read_text())["runs"]
+    assert [(r["case"], r["outage_s"]) for r in runs if r["case"] == "cold sequential"] == [
+        ("cold sequential", 29.0)]
+    assert len(runs) == 5
