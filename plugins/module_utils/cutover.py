@@ -527,7 +527,8 @@ class Cutover:
         self.warm = self.settings.switch_mode == "warm" and refusal is None
         if self.settings.switch_mode == "warm" or self.green_asleep or self.sleepers:
             result.update(switch="warm" if self.warm else "cold", blue_sleep_s=None,
-                          green_wake_s=None, woke=False, sleepers_stopped=[])
+                          green_wake_s=None, woke=False, sleepers_stopped=[],
+                          sleep_level=self.settings.sleep_level if self.warm else None)
             if refusal:
                 result["warm_refused"] = refusal
 

@@ -396,6 +396,10 @@ warm_refused:
       parallel switch, blue without sleep mode, O(warm_standby_max=0), or no blue.
   returned: when O(switch_mode=warm) and the switch stayed cold
   type: str
+sleep_level:
+  description: The level blue was put to sleep at (1 or 2); null when it did not sleep.
+  returned: when RV(switch) is returned
+  type: int
 blue_sleep_s:
   description: Seconds blue took to sleep (the request and its confirmation); null when it did not sleep.
   returned: when RV(switch) is returned

@@ -133,6 +133,7 @@ def test_warm_first_switch_blue_sleeps_and_green_starts_cold(tmp_path, port):
     result = world.run()
     assert (result["switch"], result["woke"], result["green_wake_s"]) == ("warm", False, None)
     assert result["blue_sleep_s"] == 0.03  # the fake's /sleep, as the lab measured
+    assert result["sleep_level"] == 1
     assert result["sleepers_stopped"] == []
     # blue was drained, then slept with mode=wait at level 1; never stopped
     assert world.b.sleep_modes == ["wait"]
@@ -158,6 +159,16 @@ def test_warm_return_green_wakes_without_a_start(tmp_path, port):
     assert world.nginx.loaded == port
     saved = world.saved()
     assert [s["model"] for s in saved["sleeping"]] == ["blue"]  # green left it, blue joined
+
+
+def test_blue_sleeps_at_the_level_the_preflight_chose(tmp_path, port):
+    """The deploy's plan (warm_switch_plan) chose level 2 (host RAM short): blue sleeps at
+    level 2, the result and the record say so, and its wake will be the reload sequence."""
+    world = World(tmp_path, port)
+    result = world.run(sleep_level=2)
+    assert (result["switch"], result["sleep_level"]) == ("warm", 2)
+    assert world.b.asleep == 2
+    assert [(s["model"], s["level"]) for s in world.saved()["sleeping"]] == [("blue", 2)]
 
 
 def test_level_2_green_wakes_with_the_reload_sequence(tmp_path, port):
