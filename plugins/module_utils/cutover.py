@@ -44,6 +44,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.units import (
     unit_pids,
 )
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.warm_switch import (
+    resolve_strategy,
     sleep_residual_bytes,
 )
 
@@ -127,16 +128,6 @@ class Settings:
         self.unexplained_memory_bytes = unexplained_memory_bytes
         # While a run acts on units, this file exists: the host's periodic probe leaves them alone.
         self.switch_marker = switch_marker
-
-
-def resolve_strategy(strategy, blue, green):
-    """`auto` is parallel when blue and green use disjoint GPU sets, else sequential."""
-    if strategy != "auto":
-        return strategy
-    if not blue:
-        return "sequential"
-    shared = set(blue.get("gpus") or []) & set(green.get("gpus") or [])
-    return "sequential" if shared else "parallel"
 
 
 def foreign_gpu_processes(gpu_processes, gpus, allowed_pids):

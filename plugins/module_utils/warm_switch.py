@@ -205,6 +205,17 @@ def pinned_bytes(model):
     return int(model["weights_bytes_per_gpu"]) * int(model["gpus_needed"])
 
 
+def resolve_strategy(strategy, blue, green):
+    """`auto` is parallel when blue and green use disjoint GPU sets, else sequential
+    (vllm_cutover's rule: the plan and the switch decide alike)."""
+    if strategy != "auto":
+        return strategy
+    if not blue:
+        return "sequential"
+    shared = set(blue.get("gpus") or []) & set(green.get("gpus") or [])
+    return "sequential" if shared else "parallel"
+
+
 def _cold_reason(blue, green, standby_max):  # noqa: PLR0911 - one reason per rule
     if green["switch_mode"] != "warm":
         return (f"switch mode of {green['name']} is cold (its switch_mode, else "
@@ -671,10 +682,10 @@ def decide(green, record, *, gpus, host=None, settings=None, exclude_pids=None,
     memory of blue's, the sleepers' and green's own processes left out (they are planned
     from their residuals); the hardware profile's when no driver answers yet. host:
     read("meminfo") (None: host RAM not known, level 2). settings: switch_mode (the
-    fleet's), sleep_level (auto, 1, 2), standby_max, residual_bytes_per_gpu, reserve_bytes.
-    gpu_facts and exclude_pids ({unit: pids}): a sleeper's residual measured with
-    nvidia-smi (measured_residual) in place of the modelled one. refit(share): green's fit
-    at that gpu_memory_utilization.
+    fleet's), sleep_level (auto, 1, 2), standby_max, residual_bytes_per_gpu, reserve_bytes,
+    strategy (vllm_cutover's: a parallel switch stays as it is). gpu_facts and exclude_pids
+    ({unit: pids}): a sleeper's residual measured with nvidia-smi (measured_residual) in
+    place of the modelled one. refit(share): green's fit at that gpu_memory_utilization.
 
     Returns plan_switch's dict plus ``switch`` (whether green replaces another model),
     ``share`` (the gpu_memory_utilization green's unit gets; None for a model on no GPU) and
@@ -711,6 +722,13 @@ def decide(green, record, *, gpus, host=None, settings=None, exclude_pids=None,
     elif not active:
         head.update(share=share_beside())
         head["reasons"].append("no model serves: there is nothing to put to sleep")
+        plan = _summarise(head)
+    elif resolve_strategy(settings.get("strategy") or "sequential", active,
+                          green) == "parallel":
+        head.update(share=share_beside())
+        head["reasons"].append(
+            "a parallel switch (vllm_fleet_cutover_strategy, blue's and green's GPUs "
+            "disjoint): unchanged by warm mode, blue stops once green serves")
         plan = _summarise(head)
     else:
         host_ram = None

@@ -79,6 +79,13 @@ options:
     type: str
     choices: [auto, "1", "2"]
     default: auto
+  strategy:
+    description:
+      - The switch's strategy (M(vllm_fleet.fleet.vllm_cutover)'s); a parallel switch (V(auto)
+        with disjoint GPU sets) is not warm.
+    type: str
+    choices: [sequential, parallel, auto]
+    default: sequential
   warm_standby_max:
     description: Sleepers a host keeps at most; V(0) - every switch is cold.
     type: int
@@ -213,7 +220,7 @@ def plan(p, run_command, host):
         green, record, gpus=gpus, host=host, gpu_facts=p["gpu_facts"], exclude_pids=pids,
         refit=refit,
         settings={"switch_mode": p["switch_mode"], "sleep_level": p["sleep_level"],
-                  "standby_max": p["warm_standby_max"],
+                  "standby_max": p["warm_standby_max"], "strategy": p["strategy"],
                   "residual_bytes_per_gpu": p["sleep_residual_bytes"],
                   "reserve_bytes": p["host_reserve_bytes"]})
 
@@ -232,6 +239,8 @@ def main():
             "gpu_profile": {"type": "dict"},
             "switch_mode": {"type": "str", "choices": ["cold", "warm"], "default": "cold"},
             "sleep_level": {"type": "str", "choices": ["auto", "1", "2"], "default": "auto"},
+            "strategy": {"type": "str", "choices": ["sequential", "parallel", "auto"],
+                         "default": "sequential"},
             "warm_standby_max": {"type": "int", "default": 1},
             "sleep_residual_bytes": {"type": "int"},
             "host_reserve_bytes": {"type": "int",

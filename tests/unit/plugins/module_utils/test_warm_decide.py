@@ -225,6 +225,7 @@ def test_the_module_reads_the_record_and_meminfo_from_the_host(tmp_path):
               "fit_args": FIT_ARGS["kimi_k25_int4"], "revision": None,
               "state_file": str(state), "gpu_facts": None, "gpu_profile": RTX,
               "switch_mode": "cold", "sleep_level": "auto", "warm_standby_max": 1,
+              "strategy": "sequential",
               "sleep_residual_bytes": None,
               "host_reserve_bytes": ws.DEFAULT_HOST_RESERVE_BYTES}
     plan = warm_switch_plan.plan(params, None, Meminfo(300 * GIB))
@@ -235,3 +236,16 @@ def test_the_module_reads_the_record_and_meminfo_from_the_host(tmp_path):
     no_gpus = dict(params, gpu_profile=None)
     with pytest.raises(ws.WarmSwitchError, match=r"wanted GPU facts .* or a hardware profile"):
         warm_switch_plan.plan(no_gpus, None, Meminfo(200 * GIB))
+
+
+def test_a_parallel_switch_on_disjoint_gpus_is_unchanged():
+    """auto with disjoint GPU sets is parallel (vllm_cutover's rule): not warm, green at its
+    catalog share, as the issue keeps parallel switches as they are."""
+    green = _green("kimi_k25_int4", gpus=[4, 5, 6, 7])
+    active = dict(_recorded("minimax_m25"), gpus=[0, 1, 2, 3])
+    plan = _decide(green, {"active": active}, mem=1024 * GIB, strategy="auto")
+    assert (plan["mode"], plan["share"]) == ("cold", 0.92)
+    assert plan["reasons"][0].startswith("a parallel switch")
+    shared = _decide(_green("kimi_k25_int4"), {"active": _recorded("minimax_m25")},
+                     mem=1024 * GIB, strategy="auto")
+    assert (shared["mode"], shared["level"]) == ("warm", 1)
