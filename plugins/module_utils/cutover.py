@@ -100,7 +100,8 @@ class Settings:
                  smoke_prompt="Hello", journal_lines=40, drain_timeout=60.0,
                  progress_file=None, progress_interval=10.0,
                  unexplained_memory_bytes=1024**3, switch_marker=None, switch_mode="cold",
-                 sleep_level=1, warm_standby_max=1, sleep_residual_bytes=None):
+                 sleep_level=1, warm_standby_max=1, sleep_residual_bytes=None,
+                 warm_refused=None):
         if strategy not in STRATEGIES:
             raise CutoverError(f"strategy must be sequential, parallel or auto, got {strategy!r}")
         if switch_mode not in SWITCH_MODES:
@@ -117,6 +118,8 @@ class Settings:
         self.warm_standby_max = warm_standby_max
         # GPU memory a sleeper may keep on each GPU; None: warm_switch's modelled figure.
         self.sleep_residual_bytes = sleep_residual_bytes
+        # The preflight's reason this switch stays cold though warm mode was asked.
+        self.warm_refused = warm_refused or None
         self.strategy = strategy
         self.restart = restart
         self.health_interval = health_interval
@@ -206,6 +209,7 @@ def warm_refusal(settings, blue, green, action, strategy):
     if settings.switch_mode != "warm":
         return None
     reasons = (
+        (settings.warm_refused, settings.warm_refused),
         (action == "update" or (blue and blue.get("unit") == green.get("unit")),
          "a revision update of the same model stays cold (the new revision needs a new process)"),
         (not blue, "no model serves: there is nothing to put to sleep"),
@@ -337,6 +341,7 @@ class Cutover:
         self.warm = False  # blue sleeps instead of stopping
         self.green_asleep = None  # green's sleeper entry when its unit runs asleep: it wakes
         self.blue_main_pid = 0
+        self.blue_slept_at = None  # when blue was asked to sleep (ISO, UTC)
         self.green_stale = False  # green's unit runs asleep on another revision: restarted
         self.blue_stopped = False  # this switch asked blue to stop
         self.blue_asleep = False  # this switch asked blue to sleep
@@ -509,11 +514,17 @@ class Cutover:
             return
         entry = next((s for s in self.sleepers if s.get("unit") == self.green["unit"]), None)
         if entry and state.get("ActiveState") == "active":
-            # A sleeper of another revision (or a changed one) is not what was asked for:
-            # it is restarted cold (its unit runs, so a plain start would do nothing).
-            self.green_asleep = entry if entry.get("revision") == self.green.get("revision") \
-                else None
-            self.green_stale = self.green_asleep is None
+            # A sleeper of another revision, or whose unit or files changed while it slept
+            # (restart: its process runs the old ones), is not what was asked for: it is
+            # restarted cold (its unit runs, so a plain start would do nothing).
+            stale = ("it sleeps on revision " + str(entry.get("revision"))[:12]
+                     if entry.get("revision") != self.green.get("revision") else
+                     "its unit or files changed while it slept" if self.settings.restart
+                     else None)
+            self.green_asleep = None if stale else entry
+            self.green_stale = bool(stale)
+            if stale:
+                result["sleeper_restarted"] = f"{self.green['model']} restarted, not woken: {stale}"
         refusal = warm_refusal(self.settings, blue, self.green, action, self.strategy)
         self.warm = self.settings.switch_mode == "warm" and refusal is None
         if self.settings.switch_mode == "warm" or self.green_asleep or self.sleepers:
@@ -827,6 +838,7 @@ class Cutover:
         if got.status != HTTP_OK:
             raise CutoverError(f"blue {blue['model']} did not go to sleep: POST {path} "
                                f"answered {got.status or got.error} {got.body[:200]}".rstrip())
+        self.blue_slept_at = records.now_iso(self.host.wall)  # the record's `since`
         self._confirm_sleeping(blue, True, "blue")
         self._confirm_released(blue)
         return round(self.host.clock() - start, 2)
@@ -933,7 +945,7 @@ class Cutover:
         asleep = [s for s in self.sleepers if s.get("unit") != self.green["unit"]]
         if blue_asleep:
             asleep.append(dict(blue_asleep, level=self.settings.sleep_level,
-                               since=records.now_iso(self.host.wall),
+                               since=self.blue_slept_at or records.now_iso(self.host.wall),
                                main_pid=self.blue_main_pid))
         stopped = []
         while len(asleep) > self.settings.warm_standby_max:

@@ -276,6 +276,12 @@ options:
       - GPU memory (bytes) a sleeping blue may keep on each of its GPUs (checked where
         nvidia-smi is read). Unset, the modelled figure (1.20 GiB; 1.77 GiB with tensor parallel).
     type: int
+  warm_refused:
+    description:
+      - Why the deploy's preflight planned this switch cold though warm mode was asked
+        (M(vllm_fleet.fleet.warm_switch_plan)'s reasons - host RAM or GPU memory short, a
+        parallel switch, ...). Set - the switch stays cold and RV(warm_refused) says this.
+    type: str
   replica:
     description:
       - This host's place in green's multi-node replica (the filter
@@ -392,10 +398,18 @@ switch:
   type: str
 warm_refused:
   description:
-    - Why a switch asked to be warm stayed cold - a revision update, a multi-node replica, a
-      parallel switch, blue without sleep mode, O(warm_standby_max=0), or no blue.
+    - Why a switch asked to be warm stayed cold - O(warm_refused) (the preflight's plan), a
+      revision update, a multi-node replica, a parallel switch, blue without sleep mode,
+      O(warm_standby_max=0), or no blue.
   returned: when O(switch_mode=warm) and the switch stayed cold
   type: str
+sleeper_restarted:
+  description:
+    - Why green, asleep from an earlier switch, was restarted cold instead of woken - it sleeps
+      on another revision, or its unit or files changed while it slept (O(restart)).
+  returned: when green slept and was restarted
+  type: str
+  sample: "tiny_gqa restarted, not woken: its unit or files changed while it slept"
 sleep_level:
   description: The level blue was put to sleep at (1 or 2); null when it did not sleep.
   returned: when RV(switch) is returned
@@ -578,6 +592,7 @@ def main():
             "warm_standby_max": {"type": "int", "default": 1},
             "sleep_mode": {"type": "bool", "default": False},
             "sleep_residual_bytes": {"type": "int"},
+            "warm_refused": {"type": "str"},
         },
         supports_check_mode=True,
     )
@@ -612,7 +627,8 @@ def main():
                         unexplained_memory_bytes=p["gpu_unexplained_memory_bytes"],
                         switch_marker=p["switch_marker"], switch_mode=p["switch_mode"],
                         sleep_level=p["sleep_level"], warm_standby_max=p["warm_standby_max"],
-                        sleep_residual_bytes=p["sleep_residual_bytes"])
+                        sleep_residual_bytes=p["sleep_residual_bytes"],
+                        warm_refused=p["warm_refused"])
 
     def cutover_for():
         return Cutover(Host(run_command), green, p["state_file"], settings, frontdoor=frontdoor,

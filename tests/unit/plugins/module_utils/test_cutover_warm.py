@@ -303,6 +303,34 @@ def test_a_sleeper_of_another_revision_is_restarted_not_woken(tmp_path, port):
     assert [s["model"] for s in world.saved()["sleeping"]] == ["blue"]
 
 
+def test_a_sleeper_whose_unit_changed_is_restarted_not_woken(tmp_path, port):
+    """A new-user trial (issue 35): a sleeper's catalog entry changed (max_model_len) while it
+    slept, so its unit file was rewritten (restart); woken, its process kept the old flags
+    and re-runs never healed it. Its unit restarts instead, cold or warm."""
+    for mode in ("warm", "cold"):
+        world = World(tmp_path / mode, port, green_asleep=1)
+        result = world.run(restart=True, switch_mode=mode)
+        assert result["woke"] is False
+        assert result["sleeper_restarted"] == ("green restarted, not woken: its unit or files "
+                                               "changed while it slept")
+        assert ("restart", G) in world.host.state_calls()
+        assert ("POST", f"{world.green['url']}/wake_up") not in world.host.http
+        assert world.g.main_pid != 4343
+        assert world.saved()["active"]["model"] == "green"
+
+
+def test_the_preflights_cold_reason_keeps_the_switch_cold_and_says_why(tmp_path, port):
+    """warm_switch_plan planned the switch cold (GPU memory short beside the residual): the
+    switch stops blue, and the result carries the plan's reason as warm_refused."""
+    world = World(tmp_path, port)
+    why = "GPU 3 short by 6.27 GiB: vLLM's free-memory check wants 85.59 GiB"
+    result = world.run(warm_refused=why)
+    assert (result["switch"], result["warm_refused"]) == ("cold", why)
+    assert ("stop", B) in world.host.state_calls()
+    assert world.b.active_state == "inactive"
+    assert world.saved().get("sleeping", []) == []
+
+
 def test_a_revision_update_stays_cold_in_warm_mode(tmp_path, port):
     world = World(tmp_path, port)
     world.green = dict(world.blue, revision="b" * 40)
@@ -316,3 +344,16 @@ def test_a_revision_update_stays_cold_in_warm_mode(tmp_path, port):
         "cold", ("a revision update of the same model stays cold (the new revision needs a "
                  "new process)"))
     assert world.b.sleep_modes == []
+
+
+def test_a_sleepers_since_is_when_it_fell_asleep_not_when_green_came_up(tmp_path, port):
+    """A new-user trial saw `since` 34 s after the journal's "fell asleep": the record was
+    written once green passed its gate. Green loads for 30 s here."""
+    world = World(tmp_path, port)
+    world.g.warmup_s = 30.0
+    world.run()
+    saved = world.saved()
+    slept = saved["sleeping"][0]["since"]
+    assert slept < saved["active"]["since"]
+    assert slept.startswith("2027-01-15T08:00:0")  # the fake wall clock's start: blue slept
+    assert saved["active"]["since"] >= "2027-01-15T08:00:30"
