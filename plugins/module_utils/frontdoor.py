@@ -119,19 +119,24 @@ def _prom_label(value):
 SERVING, SLEEPING, STOPPED = "serving", "sleeping", "stopped"
 
 
-def model_states(record):
+def model_states(record, inactive_units=()):
     """[(model, state)] for each model of the record, serving first: the active model is
     serving, each of `sleeping` (a warm switch's sleepers; absent = none) sleeping, the
     previous model stopped unless it sleeps. A model is listed once (serving outranks
-    sleeping: a woken model may still be listed until its record is rewritten)."""
+    sleeping: a woken model may still be listed until its record is rewritten).
+    inactive_units: units known not to run (status.yml asks systemd); a sleeper whose unit
+    is one of them is stopped, whatever the record says (its unit was stopped by hand, or
+    its process died, after the switch that put it to sleep)."""
     record = record or {}
+    inactive = set(inactive_units or ())
     states = {}
     active = record.get("active") or None
     if isinstance(active, dict) and active.get("model"):
         states[active["model"]] = SERVING
     for entry in record.get("sleeping") or []:
         if isinstance(entry, dict) and entry.get("model"):
-            states.setdefault(entry["model"], SLEEPING)
+            states.setdefault(entry["model"],
+                              STOPPED if entry.get("unit") in inactive else SLEEPING)
     previous = record.get("previous") or None
     if isinstance(previous, dict) and previous.get("model"):
         states.setdefault(previous["model"], STOPPED)

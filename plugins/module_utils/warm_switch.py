@@ -453,12 +453,14 @@ def _summarise(plan):
 
 def plan_back_and_forth(first, second, *, gpus, host_ram_bytes=None,
                         reserve_bytes=DEFAULT_HOST_RESERVE_BYTES, residual_bytes_per_gpu=None,
-                        standby_max=1, refit=None):
+                        standby_max=1, refit=None, sleep_level="auto"):
     """Three switches, as a team switching between two models does: first -> second
     (second starts), second -> first (first wakes), first -> second (second wakes).
 
     refit(name, share): that model's fit at the share. Each step carries what the
-    one before left asleep (its level, pinned host RAM and residual)."""
+    one before left asleep (its level, pinned host RAM and residual). sleep_level:
+    vllm_fleet_sleep_level (auto, 1, 2), applied as the deploy does (_settle)."""
+    level_asked = sleep_level_setting(sleep_level)
     state = {first["name"]: dict(first), second["name"]: dict(second)}
     steps = []
     for blue_name, green_name, label in ((first["name"], second["name"], "first switch"),
@@ -470,6 +472,7 @@ def plan_back_and_forth(first, second, *, gpus, host_ram_bytes=None,
             gpus=gpus, host_ram_bytes=host_ram_bytes, reserve_bytes=reserve_bytes,
             residual_bytes_per_gpu=residual_bytes_per_gpu, standby_max=standby_max,
             refit=(lambda share, name=green_name: refit(name, share)) if refit else None)
+        plan = _settle(plan, green, level_asked)
         plan["step"] = label
         steps.append(plan)
         if plan["mode"] == "warm":
@@ -511,7 +514,7 @@ def plan_pairs(names, entries, fits, fit_args, gpu_profile, settings=None):
     entries: {name: the entry as served on the profile (catalog_profile's entry)};
     fits: {name: model_fit report}; fit_args: {name: {"config", "kwargs"}} as the fit
     was called (fit.yml's __vllm_model_fit_args); settings: switch_mode (the fleet's),
-    standby_max, residual_bytes_per_gpu, reserve_bytes, host_memory_bytes.
+    sleep_level, standby_max, residual_bytes_per_gpu, reserve_bytes, host_memory_bytes.
     Returns the lines to show (none when no pair is warm)."""
     settings = settings or {}
     fleet_mode = settings.get("switch_mode") or "cold"
@@ -536,7 +539,8 @@ def plan_pairs(names, entries, fits, fit_args, gpu_profile, settings=None):
                 host_ram_bytes=None if host in (None, "") else _int(host, "host_memory_bytes"),
                 reserve_bytes=reserve,
                 residual_bytes_per_gpu=settings.get("residual_bytes_per_gpu"),
-                standby_max=settings.get("standby_max", 1), refit=refit)
+                standby_max=settings.get("standby_max", 1), refit=refit,
+                sleep_level=settings.get("sleep_level"))
             host_text = ("not known" if host in (None, "") else
                          f"{_gib(_int(host, 'host_memory_bytes'))} less a reserve of "
                          f"{_gib(reserve)}")

@@ -554,6 +554,17 @@ def test_model_state_metrics_serving_sleeping_stopped():
     assert state_lines({"active": None, "previous": None, "history": []}) == []
 
 
+def test_a_sleeper_whose_unit_does_not_run_is_stopped_in_status():
+    """A new user's trial stopped a sleeper's unit by hand: status.yml went on saying
+    "sleeping". status.yml asks systemd (systemctl is-active) and passes the units that do not
+    run; the record alone (the metrics) still says sleeping."""
+    unit = WARM_RECORD["sleeping"][0]["unit"]
+    assert frontdoor_mod.model_states(WARM_RECORD, [unit]) == [
+        ("tiny_mla", "serving"), ("tiny_gqa", "stopped")]
+    assert frontdoor_mod.model_states(WARM_RECORD, ["vllm-other.service"]) == [
+        ("tiny_mla", "serving"), ("tiny_gqa", "sleeping")]
+
+
 def test_publish_writes_nothing_without_a_record_file(tmp_path):
     door = FrontDoor(None, str(tmp_path / "upstream.conf"), FD_URL)
     door.publish({"active": {"model": "m"}})

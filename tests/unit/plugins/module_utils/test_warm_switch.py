@@ -272,3 +272,16 @@ def test_gpus_from_facts_takes_blues_own_memory_out():
 def test_a_sleepers_residual_measured_per_process():
     assert ws.measured_residual(FACTS, [200]) == GIB + GIB // 2
     assert ws.measured_residual(FACTS, [999]) is None
+
+
+def test_the_plan_applies_vllm_fleet_sleep_level_as_the_deploy_does():
+    """A new user's trial: plan.yml ignored vllm_fleet_sleep_level while the deploy honoured
+    it. 2: every warm switch at level 2; 1: the return that cannot pin Kimi is cold."""
+    assert [(s["mode"], s["level"]) for s in _steps(512 * GIB, sleep_level="2")] == [
+        ("warm", 2)] * 3
+    steps = _steps(512 * GIB, sleep_level=1)
+    assert [(s["mode"], s["level"]) for s in steps] == [("warm", 1), ("cold", None),
+                                                        ("warm", 1)]
+    assert steps[1]["reasons"][0].startswith(
+        "vllm_fleet_sleep_level is 1 and level 1 does not fit: host RAM short by 303.17 GiB")
+    assert steps[1]["lines"][0] == "kimi_k25_int4 -> minimax_m25: COLD"
