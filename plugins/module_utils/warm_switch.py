@@ -288,7 +288,8 @@ def _gpu_checks(green, gpus, residuals, share):
         free = gpu["torch_total_bytes"] - gpu["memory_used_bytes"] - resident
         requested, short = vllm_free_memory_check(gpu["torch_total_bytes"], free, share)
         checks.append({"index": index, "residual_bytes": resident, "free_bytes": free,
-                       "requested_bytes": requested, "short_bytes": short})
+                       "requested_bytes": requested, "short_bytes": short,
+                       "torch_total_bytes": gpu["torch_total_bytes"]})
     return checks
 
 
@@ -351,7 +352,8 @@ def _refit_green(plan, green, fit):
     margin = fit.get("margin_bytes_per_gpu")
     if isinstance(margin, int) and margin < 0:
         plan["reasons"].append(
-            f"GPU {_ranges(green['gpus'])} short by {_gib(-margin)} each: "
+            f"GPU {_ranges(green['gpus'])} short by {_gib(-margin)} each (the fit's margin: "
+            f"the KV cache for one max_model_len request included): "
             f"{green['name']} does not fit at gpu_memory_utilization {share} "
             f"({fit.get('verdict')})")
     else:
@@ -446,7 +448,9 @@ def _summarise(plan):
                 else "vLLM's free-memory check (request_memory)")
         plan["lines"].append(
             f"  GPUs:  {what} on {same}: wants "
-            f"{_gib(check['requested_bytes'])}, {_gib(check['free_bytes'])} free beside "
+            f"{_gib(check['requested_bytes'])} ({plan['share']} of the "
+            f"{_gib(check['torch_total_bytes'])} torch sees), "
+            f"{_gib(check['free_bytes'])} free beside "
             f"{_gib(check['residual_bytes'])} of sleepers' residual ({plan['residual_source']})")
     return plan
 

@@ -121,7 +121,8 @@ def test_512_gib_level_1_for_minimax_level_2_for_kimi_with_the_shortfall():
     check = first["gpu_checks"][0]
     assert check == {"index": 0, "residual_bytes": TP_RESIDUAL,
                      "free_bytes": TORCH_TOTAL - TP_RESIDUAL,
-                     "requested_bytes": math.ceil(TORCH_TOTAL * share), "short_bytes": 0}
+                     "requested_bytes": math.ceil(TORCH_TOTAL * share), "short_bytes": 0,
+                     "torch_total_bytes": TORCH_TOTAL}
     # return: Kimi cannot pin 568 GiB beside MiniMax's 215 GiB in 480 GiB
     short = KIMI_PINNED - (480 * GIB - MINIMAX_PINNED)
     assert back["host"]["short_bytes"] == short
@@ -199,7 +200,8 @@ def test_green_that_does_not_fit_at_the_lowered_share_is_cold_with_the_gib_short
     assert not fit["fits"]
     assert plan["mode"] == "cold"
     assert plan["reasons"][0].startswith(
-        f"GPU 0-7 short by {-fit['margin_bytes_per_gpu'] / GIB:,.2f} GiB each: kimi_k25_int4 "
+        f"GPU 0-7 short by {-fit['margin_bytes_per_gpu'] / GIB:,.2f} GiB each (the fit's "
+        "margin: the KV cache for one max_model_len request included): kimi_k25_int4 "
         "does not fit at gpu_memory_utilization 0.8146")
 
 
