@@ -40,6 +40,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.units import (
     UnitError,
     UnitGate,
     cgroup_procs,
+    journal_cause,
     port_holder,
     unit_pids,
 )
@@ -658,8 +659,7 @@ class Cutover:
         except (CutoverError, FrontDoorError) as exc:
             msg = getattr(exc, "msg", str(exc))
             result.update(getattr(exc, "fields", {}))
-            result["journal"] = self.systemd.journal(self.green["unit"], started_at - 1,
-                                                     self.settings.journal_lines)
+            msg = self._with_journal(msg, result, started_at)
             self._timed("rollback", self._rollback, blue, self.blue_stopped, result,
                         self.blue_asleep)
             if down_since is not None:
@@ -683,6 +683,14 @@ class Cutover:
         self._write_record(record, blue, asleep)
         result["state"] = state.get("ActiveState")
         return result
+
+    def _with_journal(self, msg, result, started_at):
+        """Green's journal since the switch began into the result; the message names the
+        cause its journal gives (a flag vLLM does not know, its free-memory refusal)."""
+        result["journal"] = self.systemd.journal(self.green["unit"], started_at - 1,
+                                                 self.settings.journal_lines)
+        cause = journal_cause(result["journal"])
+        return f"{msg} (its journal: {cause})" if cause and cause not in msg else msg
 
     def _put_blue_aside(self, blue, same, result):
         """Sequential, blue drained: it sleeps (warm) or stops (cold)."""

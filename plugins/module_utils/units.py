@@ -172,6 +172,27 @@ def unit_pids(unit, run_command, cgroup_root=None):
     return cgroup_procs(unit_cgroup(unit, run_command), cgroup_root) or set()
 
 
+# The cause a failed start names in its journal: Python's "SomeError: message" (the exception
+# vLLM raised, after its log prefix) or argparse's "prog: error: message" (a flag vLLM does
+# not know). Wrappers that only point at the cause ("Engine core initialization failed. See
+# root cause above.") are skipped.
+_CAUSE = re.compile(r"(?:^|[\s\]])((?:[A-Za-z_][\w.]*(?:Error|Exception))|(?:[\w.-]+: error))"
+                    r": (.+)$")
+_WRAPPERS = ("See root cause above", "Engine core initialization failed")
+CAUSE_CHARS = 300
+
+
+def journal_cause(lines):
+    """The first line of a failed start's journal that names its cause, without its log
+    prefix ("ValueError: Free memory on device ..."), or None."""
+    for line in lines or ():
+        found = _CAUSE.search(line.strip())
+        if found and not any(w in found.group(2) for w in _WRAPPERS):
+            text = f"{found.group(1)}: {found.group(2).strip()}"
+            return text if len(text) <= CAUSE_CHARS else text[:CAUSE_CHARS - 3] + "..."
+    return None
+
+
 # What changes in a log line that says the same thing again: clock times and dates
 # (vLLM's "05-28 14:44:28", ISO stamps, glog's "W1209 11:24:53.753104426"), process ids,
 # clients' ports, and a progress bar's elapsed/remaining times and rate. Counts stay: a bar

@@ -39,6 +39,8 @@ B, G = "vllm-blue.service", "vllm-green.service"
 BLUE_PORT = 8101
 JOURNAL = ["Loading safetensors checkpoint shards: 100%",
            "torch.OutOfMemoryError: CUDA out of memory"]
+# What the switch's message adds from green's journal (units.journal_cause).
+CAUSE = " (its journal: torch.OutOfMemoryError: CUDA out of memory)"
 EMPTY = {"active": None, "previous": None, "history": []}
 
 
@@ -191,7 +193,8 @@ def test_green_crash_rolls_back_to_blue(tmp_path, port):
     world = World(tmp_path, port, green=CRASH)
     exc = world.fail()
     assert exc.msg == ("cutover to green failed: green green failed its health gate at process: "
-                       "vllm-green.service failed (failed). Rolled back: blue is serving again.")
+                       "vllm-green.service failed (failed)" + CAUSE
+                       + ". Rolled back: blue is serving again.")
     fields = exc.fields
     assert (fields["rolled_back"], fields["active_before"], fields["active_after"]) == (
         True, "blue", "blue")
@@ -246,7 +249,7 @@ def test_first_deploy_failure_has_nothing_to_roll_back(tmp_path, port):
     world = World(tmp_path, port, blue=False, green=CRASH)
     exc = world.fail()
     assert exc.msg.endswith(
-        "vllm-green.service failed (failed). No previous model to roll back to.")
+        "vllm-green.service failed (failed)" + CAUSE + ". No previous model to roll back to.")
     assert (exc.fields["rolled_back"], exc.fields["active_after"]) == (False, None)
     assert world.host.state_calls() == [
         ("reset-failed", G), ("start", G), ("stop", G), ("reset-failed", G)]
@@ -264,8 +267,8 @@ def test_rollback_failed_when_blue_does_not_come_back(tmp_path, port, blue_behav
     world.host.units[B].behaviour = blue_behaviour  # it was running; it fails on its next start
     exc = world.fail()
     assert exc.msg == ("cutover to green failed: green green failed its health gate at process: "
-                       "vllm-green.service failed (failed). Rollback FAILED: blue did not pass "
-                       f"its health gate either ({why}).")
+                       "vllm-green.service failed (failed)" + CAUSE
+                       + f". Rollback FAILED: blue did not pass its health gate either ({why}).")
     assert exc.fields["blue_health"]["ok"] is False
     assert exc.fields["rolled_back"] is False
     assert exc.fields["active_after"] is None
