@@ -404,11 +404,16 @@ def plan_switch(blue, green, *, gpus, host_ram_bytes=None,
         return _summarise(plan)
     plan["gpu_checks"] = _gpu_checks(green, gpu_map, residuals, share)
     short = [c for c in plan["gpu_checks"] if c["short_bytes"]]
+    groups = {}  # GPUs short alike are one reason ("GPU 0-7 ... each")
+    for check in short:
+        key = (check["short_bytes"], check["requested_bytes"], check["free_bytes"],
+               check["residual_bytes"])
+        groups.setdefault(key, []).append(check["index"])
     plan["reasons"].extend(
-        f"GPU {check['index']} short by {_gib(check['short_bytes'])}: vLLM's free-memory "
-        f"check wants {_gib(check['requested_bytes'])} "
-        f"({green['name']} at {share}), {_gib(check['free_bytes'])} free beside "
-        f"{_gib(check['residual_bytes'])} of sleepers" for check in short)
+        f"GPU {_ranges(indices)} short by {_gib(short_b)}{' each' if len(indices) > 1 else ''}: "
+        f"vLLM's free-memory check wants {_gib(requested)} ({green['name']} at {share}), "
+        f"{_gib(free)} free beside {_gib(residual)} of sleepers"
+        for (short_b, requested, free, residual), indices in groups.items())
     if not green.get("asleep") and refit is not None and not short:
         _refit_green(plan, green, refit(share))
     if plan["reasons"]:

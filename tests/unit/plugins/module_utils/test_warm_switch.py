@@ -287,3 +287,16 @@ def test_the_plan_applies_vllm_fleet_sleep_level_as_the_deploy_does():
     assert steps[1]["reasons"][0].startswith(
         "vllm_fleet_sleep_level is 1 and level 1 does not fit: host RAM short by 303.17 GiB")
     assert steps[1]["lines"][0] == "kimi_k25_int4 -> minimax_m25: COLD"
+
+
+def test_gpus_short_alike_are_one_reason():
+    """A new user's trial: the per-GPU rule printed 8 near-identical lines."""
+    gpus = ws.profile_gpus(RTX)
+    for gpu in gpus:
+        gpu["memory_used_bytes"] = 8 * GIB
+    plan = ws.plan_switch(_model("minimax_m25"), _model("kimi_k25_int4"), gpus=gpus,
+                          host_ram_bytes=512 * GIB, refit=_kimi_refit)
+    assert plan["mode"] == "cold"
+    assert len(plan["reasons"]) == 1
+    assert plan["reasons"][0].startswith("GPU 0-7 short by ")
+    assert " GiB each: vLLM's free-memory check wants " in plan["reasons"][0]
