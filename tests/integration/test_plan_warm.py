@@ -49,8 +49,8 @@ def test_warm_at_512_gib_and_at_1_tib(tmp_path):
     assert ("Warm switches minimax_m25 <-> kimi_k25_int4: host memory 512.00 GiB less a reserve "
             "of 32.00 GiB; at most 1 sleeper(s) per host") in out
     assert "first switch: minimax_m25 -> kimi_k25_int4: WARM, level 1" in out
-    assert "return: kimi_k25_int4 -> minimax_m25: WARM, level 2" in out
-    assert "host RAM short by 303.17 GiB for level 1" in out
+    assert "return: kimi_k25_int4 -> minimax_m25: COLD" in out
+    assert "kimi_k25_int4 is MLA and level 1 does not fit (host RAM short by 303.17 GiB" in out
     assert "kimi_k25_int4 starts at gpu_memory_utilization 0.9013 (catalog 0.92" in out
     rc, out = plan(tmp_path / "1t", {"vllm_fleet_switch_mode": "warm",
                                      "host_memory_bytes": 1024**4})

@@ -96,18 +96,24 @@ def test_minimax_to_kimi_on_a_host_with_512_gib_available_is_level_1_at_the_lowe
     assert plan["sizing"] == {
         "weights_bytes_per_gpu": FITS["kimi_k25_int4"]["weights_bytes_per_gpu"],
         "gpus_needed": 8, "tensor_parallel_size": 8, "gpu_memory_utilization": 0.9013,
-        "catalog_gpu_memory_utilization": 0.92}
+        "catalog_gpu_memory_utilization": 0.92, "mla": True}
 
 
-def test_kimi_back_to_minimax_with_512_gib_is_level_2_and_says_by_how_much():
-    plan = _decide(_green("minimax_m25"), {"active": _recorded("kimi_k25_int4", 0.9013)},
-                   mem=512 * GIB)
+def test_kimi_back_to_minimax_with_512_gib_stops_kimi_and_says_by_how_much():
+    """Kimi's 568 GiB cannot be pinned; level 2 would wake an MLA model with reload_weights,
+    which fails (ws.MLA_LEVEL_2): auto stops it; vllm_fleet_sleep_level 2 tries level 2."""
+    record = {"active": _recorded("kimi_k25_int4", 0.9013)}
+    plan = _decide(_green("minimax_m25"), record, mem=512 * GIB)
     pinned = FITS["kimi_k25_int4"]["weights_bytes_per_gpu"] * 8
-    assert (plan["mode"], plan["level"]) == ("warm", 2)
+    assert record["active"]["sizing"]["mla"] is True
+    assert (plan["mode"], plan["level"], plan["share"]) == ("cold", None, 0.92)
     assert plan["host"]["short_bytes"] == pinned - 480 * GIB
-    assert (f"host RAM short by {(pinned - 480 * GIB) / GIB:,.2f} GiB for level 1"
-            in plan["reasons"][-1])
+    assert plan["reasons"][0].startswith(
+        f"kimi_k25_int4 is MLA and level 1 does not fit (host RAM short by "
+        f"{(pinned - 480 * GIB) / GIB:,.2f} GiB for level 1")
     assert round((pinned - 480 * GIB) / GIB, 2) == 88.33
+    two = _decide(_green("minimax_m25"), record, mem=512 * GIB, sleep_level="2")
+    assert (two["mode"], two["level"]) == ("warm", 2)
 
 
 def test_sleep_level_1_asked_and_short_is_cold_level_2_asked_is_level_2():

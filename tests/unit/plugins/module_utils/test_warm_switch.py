@@ -104,7 +104,8 @@ def test_the_models_are_what_the_catalog_says():
 
 def test_512_gib_level_1_for_minimax_level_2_for_kimi_with_the_shortfall():
     steps = _steps(512 * GIB)
-    assert [(s["mode"], s["level"]) for s in steps] == [("warm", 1), ("warm", 2), ("warm", 1)]
+    assert [(s["mode"], s["level"]) for s in steps] == [("warm", 1), ("cold", None),
+                                                        ("warm", 1)]
     first, back, again = steps
     # first switch: MiniMax pins its weights, 512 GiB less the 32 GiB reserve free for it
     assert first["host"] == {"needed_bytes": MINIMAX_PINNED, "ram_bytes": 512 * GIB,
@@ -123,16 +124,23 @@ def test_512_gib_level_1_for_minimax_level_2_for_kimi_with_the_shortfall():
                      "free_bytes": TORCH_TOTAL - TP_RESIDUAL,
                      "requested_bytes": math.ceil(TORCH_TOTAL * share), "short_bytes": 0,
                      "torch_total_bytes": TORCH_TOTAL}
-    # return: Kimi cannot pin 568 GiB beside MiniMax's 215 GiB in 480 GiB
+    # return: Kimi cannot pin 568 GiB beside MiniMax's 215 GiB in 480 GiB, and level 2 would
+    # wake it with reload_weights, which fails for MLA: it stops (cold) and MiniMax wakes
     short = KIMI_PINNED - (480 * GIB - MINIMAX_PINNED)
     assert back["host"]["short_bytes"] == short
-    assert f"host RAM short by {short / GIB:,.2f} GiB for level 1" in back["reasons"][-1]
+    assert back["reasons"] == [
+        f"kimi_k25_int4 is MLA and level 1 does not fit (host RAM short by {short / GIB:,.2f} "
+        f"GiB for level 1 (kimi_k25_int4's weights {KIMI_PINNED / GIB:,.2f} GiB, "
+        f"{(480 * GIB - MINIMAX_PINNED) / GIB:,.2f} GiB free beside "
+        f"{MINIMAX_PINNED / GIB:,.2f} GiB already pinned)); level 2: " + ws.MLA_LEVEL_2
+        + ". It stops instead (vllm_fleet_sleep_level: 2 tries level 2 anyway)"]
     assert round(short / GIB, 2) == 303.17
     assert back["green_wakes"]
     assert back["share"] == 0.92
     assert back["fit"] is None  # a waking model keeps its share: no refit
-    # and back again: Kimi slept at level 2 (nothing pinned), so MiniMax is level 1 again
+    # and back again: Kimi stopped, so it starts beside MiniMax asleep at level 1 again
     assert again["host"]["other_pinned_bytes"] == 0
+    assert not again["green_wakes"]
     assert again["share"] == 0.9013
 
 
@@ -145,8 +153,9 @@ def test_one_tib_every_switch_at_level_1():
 
 def test_no_host_memory_known_is_level_2():
     steps = _steps(None)
-    assert [s["level"] for s in steps] == [2, 2, 2]
+    assert [s["level"] for s in steps] == [2, None, 2]  # Kimi (MLA) stops rather than level 2
     assert "host memory not known" in steps[0]["reasons"][-1]
+    assert [s["level"] for s in _steps(None, sleep_level="2")] == [2, 2, 2]
 
 
 @pytest.mark.parametrize(("blue_changes", "green_changes", "kwargs", "why"), [
@@ -242,7 +251,7 @@ def test_plan_pairs_shows_nothing_when_every_mode_is_cold_and_three_steps_when_w
                         "less a reserve of 32.00 GiB; at most 1 sleeper(s) per host")
     assert [line for line in lines if not line.startswith(" ")][1:4] == [
         "first switch: minimax_m25 -> kimi_k25_int4: WARM, level 1",
-        "return: kimi_k25_int4 -> minimax_m25: WARM, level 2",
+        "return: kimi_k25_int4 -> minimax_m25: COLD",
         "return: minimax_m25 -> kimi_k25_int4: WARM, level 1"]
 
 
