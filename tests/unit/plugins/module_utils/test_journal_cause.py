@@ -16,7 +16,7 @@ LAB_UNKNOWN_FLAG = [
     "Triton is installed, but doesn't include CPU backend. Disabling Triton.",
     "usage: vllm [-h] [-v]",
     ("            {chat,complete,serve,launch,bench,collect-env,download-kernels,preload,"
-    "run-batch,snapshot}"),
+     "run-batch,snapshot}"),
     "            ...",
     "vllm: error: unrecognized arguments: --no-such-flag",
     "vllm-tiny_mla.service: Main process exited, code=exited, status=2/INVALIDARGUMENT",
@@ -26,12 +26,12 @@ LAB_UNKNOWN_FLAG = [
 ISSUE_25837 = [
     "(EngineCore_DP0 pid=17374) ERROR 09-28 15:47:24 [core.py:718]     raise ValueError(",
     ("(EngineCore_DP0 pid=17374) ERROR 09-28 15:47:24 [core.py:718] ValueError: Free memory on "
-    "device (3.22/4.0 GiB) on startup is less than desired GPU memory utilization (0.9, 3.6 "
-    "GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes."),
+     "device (3.22/4.0 GiB) on startup is less than desired GPU memory utilization (0.9, 3.6 "
+     "GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes."),
     "(EngineCore_DP0 pid=17374) Process EngineCore_DP0:",
     "(EngineCore_DP0 pid=17374) Traceback (most recent call last):",
     ("RuntimeError: Engine core initialization failed. See root cause above. Failed core "
-    "proc(s): {}"),
+     "proc(s): {}"),
 ]
 
 
