@@ -27,6 +27,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import 
     FrontDoorError,
     drain,
     record_metrics,
+    server_load,
 )
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_memory import unexplained_memory
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import (
@@ -64,6 +65,11 @@ SLEEP_REQUEST_S = 120.0
 # How long a sleep or a wake may take to show (/is_sleeping, the GPUs' memory).
 SLEEP_CONFIRM_S = 30.0
 SLEEP_POLL_S = 0.2
+# Blue is woken and put to sleep again at most this many times for requests that reached it
+# after its drain (they passed the front door just before its hold): asleep, its engine
+# queues them until it wakes, so a client would wait out its own timeout (CI, 2026-12-05: one
+# request of a warm return timed out after 120 s on a loaded 2-core host).
+STRAGGLER_WAKES = 2
 HTTP_OK = 200
 LEVEL_DISCARDS_WEIGHTS = 2
 # How often a sequential switch looks whether blue's GPU holders have exited (seconds).
@@ -343,6 +349,7 @@ class Cutover:
         self.green_asleep = None  # green's sleeper entry when its unit runs asleep: it wakes
         self.blue_main_pid = 0
         self.blue_slept_at = None  # when blue was asked to sleep (ISO, UTC)
+        self.blue_stragglers = 0  # requests that reached blue asleep, answered by a wake
         self.green_stale = False  # green's unit runs asleep on another revision: restarted
         self.blue_stopped = False  # this switch asked blue to stop
         self.blue_asleep = False  # this switch asked blue to sleep
@@ -697,6 +704,8 @@ class Cutover:
         if self.warm:
             self.blue_asleep = True  # asked to sleep: a failure from here wakes it
             result["blue_sleep_s"] = self._timed("sleep_blue", self._sleep_blue, blue)
+            if self.blue_stragglers:
+                result["blue_stragglers"] = self.blue_stragglers
         else:
             self.blue_stopped = True  # asked to stop: a failure from here starts it again
             self._stop_blue_first(blue, same, result)
@@ -838,18 +847,45 @@ class Cutover:
     def _sleep_blue(self, blue):
         """Put drained blue to sleep and confirm it sleeps (/is_sleeping true; where
         nvidia-smi is read, blue's memory on each of its GPUs down to the residual).
-        Returns the seconds it took."""
+
+        A request that passed the front door just before its hold can reach blue after its
+        drain: asleep, blue's engine queues it until blue wakes. vLLM's /load counts it; blue
+        is then woken (the request is answered), drained and put to sleep again, at most
+        STRAGGLER_WAKES times. Returns the seconds it took."""
         self.blue_main_pid = int(self._show(blue["unit"]).get("MainPID") or 0)
         start = self.host.clock()
         path = f"/sleep?level={self.settings.sleep_level}&mode={SLEEP_PAUSE_MODE}"
-        got = self.host.request("POST", blue["url"] + path, None, SLEEP_REQUEST_S)
-        if got.status != HTTP_OK:
-            raise CutoverError(f"blue {blue['model']} did not go to sleep: POST {path} "
-                               f"answered {got.status or got.error} {got.body[:200]}".rstrip())
-        self.blue_slept_at = records.now_iso(self.host.wall)  # the record's `since`
-        self._confirm_sleeping(blue, True, "blue")
+        for wakes in range(STRAGGLER_WAKES + 1):
+            got = self.host.request("POST", blue["url"] + path, None, SLEEP_REQUEST_S)
+            if got.status != HTTP_OK:
+                raise CutoverError(f"blue {blue['model']} did not go to sleep: POST {path} "
+                                   f"answered {got.status or got.error} "
+                                   f"{got.body[:200]}".rstrip())
+            self.blue_slept_at = records.now_iso(self.host.wall)  # the record's `since`
+            self._confirm_sleeping(blue, True, "blue")
+            queued = self._queued(blue)
+            if not queued:
+                break
+            if wakes == STRAGGLER_WAKES:
+                raise CutoverError(
+                    f"blue {blue['model']} held {queued} request(s) that reached it after its "
+                    f"drain each time it fell asleep ({wakes + 1} times): asleep, it would "
+                    f"keep them waiting")
+            self.blue_stragglers += queued
+            gate, _woke_s = self._wake(blue, self.settings.sleep_level, "blue")
+            if not gate["ok"]:
+                raise CutoverError(f"blue {blue['model']} woke for {queued} request(s) that "
+                                   f"reached it asleep, then failed its gate at "
+                                   f"{gate['stage']}: {gate['detail']}")
+            drain(blue["url"], self.settings.drain_timeout, request=self.host.request,
+                  clock=self.host.clock, sleep=self.host.sleep)
         self._confirm_released(blue)
         return round(self.host.clock() - start, 2)
+
+    def _queued(self, svc):
+        """Requests vLLM's /load counts on a sleeping server (0 when it has no /load)."""
+        got = self.host.request("GET", svc["url"] + "/load", None, 5.0)
+        return (server_load(got.body) or 0) if got.status == HTTP_OK else 0
 
     def _is_sleeping(self, svc):
         """GET /is_sleeping: True, False, or None (no answer that says)."""

@@ -403,6 +403,13 @@ warm_refused:
       O(warm_standby_max=0), or no blue.
   returned: when O(switch_mode=warm) and the switch stayed cold
   type: str
+blue_stragglers:
+  description:
+    - Requests that reached blue after its drain and found it asleep (they passed the front door
+      just before its hold; vLLM's C(/load) counts them): blue was woken so they were answered,
+      drained and put to sleep again.
+  returned: when there were any
+  type: int
 sleeper_restarted:
   description:
     - Why green, asleep from an earlier switch, was restarted cold instead of woken - it sleeps

@@ -125,6 +125,10 @@ class FakeUnit:
         # engine's gauges do not)
         self.tails = []
         self.load_route = True  # False: a vLLM without /load (404)
+        # requests that reach it right after each /sleep (they passed the front door just
+        # before its hold): asleep, its engine queues them (/load counts them) until a wake
+        self.stragglers_per_sleep = []
+        self.parked = 0
         self.engines = engines
         self.max_running = max_running
         self.worker_pids = list(worker_pids)  # vLLM's worker processes, in the unit's cgroup
@@ -171,7 +175,7 @@ class FakeUnit:
 
     def server_load(self, now):
         """/load's server_load at fake time `now`: requests in the engine and stream tails."""
-        return sum(1 for done in self.inflight + self.tails if done > now)
+        return sum(1 for done in self.inflight + self.tails if done > now) + self.parked
 
     def step(self, now, seconds):
         """The engine's steps over `seconds` from `now` (a stalled or hung one makes none)."""
@@ -465,7 +469,7 @@ class FakeHost:
             return unit.residual_bytes
         return unit.weights_bytes
 
-    def _sleep_route(self, unit, method, path, payload):  # noqa: PLR0911, C901 - one per route
+    def _sleep_route(self, unit, method, path, payload):  # noqa: PLR0911, PLR0912, C901 - one per route
         """vLLM 0.32's dev-mode sleep routes (None: not one of them)."""
         base, _sep, query = path.partition("?")
         params = parse_qs(query)
@@ -491,6 +495,8 @@ class FakeHost:
             unit.asleep = level
             unit.asleep_tags = {"weights", "kv_cache"}
             unit.weights_stale = level == 2  # level 2 discards the weights
+            if unit.stragglers_per_sleep:
+                unit.parked += unit.stragglers_per_sleep.pop(0)
             self.timeline.append(f"sleep {unit.name} level={level} mode={mode}")
             return HttpResult(200, json.dumps({"status": "sleeping", "level": level}))
         if base == "/wake_up":
@@ -501,6 +507,9 @@ class FakeHost:
             unit.asleep_tags -= set(tags)
             if not unit.asleep_tags:
                 unit.asleep = 0
+                # the queued requests run now, and finish a moment later
+                unit.inflight += [self.now + 0.2] * unit.parked
+                unit.parked = 0
             self.timeline.append(f"wake {unit.name} tags={','.join(tags)}")
             return HttpResult(200, json.dumps({
                 "status": "sleeping" if unit.asleep_tags else "awake",

@@ -357,3 +357,31 @@ def test_a_sleepers_since_is_when_it_fell_asleep_not_when_green_came_up(tmp_path
     assert slept < saved["active"]["since"]
     assert slept.startswith("2027-01-15T08:00:0")  # the fake wall clock's start: blue slept
     assert saved["active"]["since"] >= "2027-01-15T08:00:30"
+
+
+def test_a_request_that_reached_blue_asleep_is_answered_before_blue_sleeps_again(tmp_path, port):
+    """CI, 2026-12-05 (the cutover scenario, a loaded 2-core host): one request of a warm
+    return passed the front door just before its hold, reached blue after its drain and, blue
+    asleep, waited out the client's 120 s timeout. vLLM's /load counts such a request on a
+    sleeping server: blue wakes (the request is answered), drains and sleeps again."""
+    world = World(tmp_path, port)
+    world.b.stragglers_per_sleep = [1]
+    result = world.run()
+    assert result["switch"] == "warm"
+    assert result["blue_stragglers"] == 1
+    assert world.b.sleep_modes == ["wait", "wait"]
+    assert (world.b.asleep, world.b.parked, world.b.main_pid) == (1, 0, 4242)
+    assert any(e.startswith("wake vllm-blue") for e in world.host.events())
+    assert world.saved()["active"]["model"] == "green"
+
+
+def test_blue_that_keeps_getting_requests_asleep_is_woken_back_and_the_switch_fails(
+        tmp_path, port):
+    world = World(tmp_path, port)
+    world.b.stragglers_per_sleep = [1, 1, 1]
+    exc = world.fail()
+    assert ("held 1 request(s) that reached it after its drain each time it fell asleep "
+            "(3 times)") in exc.msg
+    assert exc.msg.endswith("Rolled back: blue woke and is serving again.")
+    assert (world.b.asleep, world.b.main_pid) == (0, 4242)
+    assert world.nginx.loaded == BLUE_PORT
