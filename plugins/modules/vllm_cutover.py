@@ -406,7 +406,7 @@ warm_refused:
 blue_stragglers:
   description:
     - Requests that reached blue after its drain and found it asleep (they passed the front door
-      just before its hold; vLLM's C(/load) counts them): blue was woken so they were answered,
+      just before its hold; vLLM's C(/load) counts them). Blue was woken so they were answered,
       drained and put to sleep again.
   returned: when there were any
   type: int
