@@ -300,8 +300,9 @@ def _host_level(blue, host_ram_bytes, reserve_bytes, other_pinned):
     host = {"needed_bytes": need, "ram_bytes": host_ram_bytes, "reserve_bytes": reserve_bytes,
             "other_pinned_bytes": other_pinned, "available_bytes": None, "short_bytes": None}
     if host_ram_bytes in (None, ""):
-        return 2, host, ("host memory not known (no host_memory_bytes in the hardware profile, "
-                         "no /proc/meminfo read): level 2 needs none")
+        host["shortfall"] = ("host memory not known (no host_memory_bytes in the hardware "
+                             "profile, no /proc/meminfo read)")
+        return 2, host, f"{host['shortfall']}: level 2 needs none"
     available = max(0, _int(host_ram_bytes, "host memory") - reserve_bytes - other_pinned)
     host["available_bytes"] = available
     if available >= need:
@@ -310,9 +311,10 @@ def _host_level(blue, host_ram_bytes, reserve_bytes, other_pinned):
     host["short_bytes"] = need - available
     beside = (f" beside {_gib(other_pinned)} already pinned" if other_pinned else
               f": host RAM {_gib(int(host_ram_bytes))} less the {_gib(reserve_bytes)} reserve")
-    return 2, host, (f"host RAM short by {_gib(need - available)} for level 1 ({blue['name']}'s "
-                     f"weights {_gib(need)}, {_gib(available)} free{beside}): level 2, its "
-                     f"wake rereads the weights from disk")
+    host["shortfall"] = (f"host RAM short by {_gib(need - available)} for level 1 "
+                         f"({blue['name']}'s weights {_gib(need)}, {_gib(available)} "
+                         f"free{beside})")
+    return 2, host, f"{host['shortfall']}: level 2, its wake rereads the weights from disk"
 
 
 def _sleepers(blue, green, residual, sleepers, count_pinned=True):
@@ -654,13 +656,13 @@ def _settle(plan, green, level_asked, blue=None):
     elif level_asked == "1" and plan["level"] == LEVEL_DISCARDS_WEIGHTS:
         plan.update(mode="cold", level=None)
         plan["reasons"] = ["vllm_fleet_sleep_level is 1 and level 1 does not fit: "
-                           + plan["reasons"][-1].split(": level 2")[0]
+                           + plan["host"]["shortfall"]
                            + " (set vllm_fleet_sleep_level: auto to sleep at level 2)"]
     elif (level_asked == "auto" and plan["level"] == LEVEL_DISCARDS_WEIGHTS
           and (blue or {}).get("mla")):
         plan.update(mode="cold", level=None)
         plan["reasons"] = [f"{blue['name']} is MLA and level 1 does not fit ("
-                           + plan["reasons"][-1].split(": level 2")[0] + "); level 2: "
+                           + plan["host"]["shortfall"] + "); level 2: "
                            + MLA_LEVEL_2 + ". It stops instead (vllm_fleet_sleep_level: 2 "
                            "tries level 2 anyway)"]
     return _summarise(plan)
@@ -679,7 +681,6 @@ def _record_sleepers(record, green, gpu_facts, exclude_pids, override):
         model["residual_bytes_per_gpu"] = (
             measured if measured is not None and override in (None, "")
             else sleep_residual_bytes(model["tensor_parallel_size"], override)[0])
-        model["share"] = _kept_share(model, entry) or model["gpu_memory_utilization"]
         if entry.get("unit") != green.get("unit"):
             sleepers.append(model)
         elif entry.get("revision") == green.get("revision"):

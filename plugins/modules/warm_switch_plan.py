@@ -184,22 +184,9 @@ warm_plan:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils import gpu_host, warm_switch
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import record as records
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import warm_switch
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.units import unit_pids
-
-
-class _Meminfo:
-    """The host, as warm_switch.host_ram_for_sleepers reads it."""
-
-    def __init__(self, path="/proc/meminfo"):
-        self.path = path
-
-    def read(self, key):
-        if key != "meminfo":
-            return None
-        with open(self.path) as handle:
-            return handle.read()
 
 
 def plan(p, run_command, host):
@@ -250,7 +237,8 @@ def main():
     )
     p = module.params
     try:
-        result = plan(p, module.run_command, _Meminfo())
+        # gpu_host's LiveHost reads /proc/meminfo (warm_switch.host_ram_for_sleepers)
+        result = plan(p, module.run_command, gpu_host.LiveHost(module.run_command, None))
     except (warm_switch.WarmSwitchError, records.RecordError) as exc:
         module.fail_json(msg="warm switch plan for %s: %s" % (p["model"], exc))
     module.exit_json(changed=False, warm_plan=result)
