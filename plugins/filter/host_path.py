@@ -12,6 +12,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.filters import MO
 HOST_PATHS = {
     "record": ("record", "RECORD_FILE"),
     "rank_dir": ("replica_watch", "RANK_DIR"),
+    "venv_lock": ("venv_facts", "LOCK_FILE"),
 }
 
 

@@ -160,7 +160,8 @@ def record_metrics(record):
     if active:
         labels = ",".join(
             f'{key}="{_prom_label(active.get(key) or "")}"'
-            for key in ("model", "served_model_name", "repo_id", "revision", "vllm_version"))
+            for key in ("model", "served_model_name", "repo_id", "revision", "vllm_version",
+                        "vllm_lock"))
         lines.append(f"vllm_fleet_active_model_info{{{labels}}} 1")
     lines += [
         ("# HELP vllm_fleet_active_since_seconds When the active model became active "

@@ -1864,9 +1864,18 @@ def _revision_cell(revision):
     return f"{revision} (NOT pinned)"
 
 
+def _vllm_cell(fit):
+    """'0.33.0-cuda, lock 3f0c9a61d2b84e07': the vLLM a deploy installs and its lock's digest."""
+    return f"{fit.get('vllm_install') or '?'}, lock {fit.get('vllm_lock') or '(none)'}"
+
+
+# Rows shown only where a report carries their key (the plan adds the vLLM lock).
+OPTIONAL_ROWS = {"vLLM": "vllm_lock"}
+
 ROWS = (
     ("architecture", lambda f: f["architecture"]),
     ("revision", lambda f: _revision_cell(f.get("revision"))),
+    ("vLLM", _vllm_cell),
     ("profile", lambda f: f.get("profile") or "(none)"),
     ("attention", lambda f: f["attention"]["kind"]),
     ("layer classes", lambda f: f.get("attention_classes") or ""),
@@ -1911,9 +1920,11 @@ def render_table(fits, names=None, title=None):
     else:
         reports = list(fits)
         names = list(names or [f"model {i + 1}" for i in range(len(reports))])
-    label_width = max(len(label) for label, _unused in ROWS)
-    columns = [[fn(report) if report.get("sized", True) or fn is _verdict_cell else "-"
-                for _unused, fn in ROWS] for report in reports]
+    rows = [(label, fn) for label, fn in ROWS
+            if label not in OPTIONAL_ROWS or any(OPTIONAL_ROWS[label] in r for r in reports)]
+    label_width = max(len(label) for label, _unused in rows)
+    columns = [[fn(report) if report.get("sized", True) or fn in (_verdict_cell, _vllm_cell)
+                else "-" for _unused, fn in rows] for report in reports]
     widths = [
         max([len(name)] + [len(cell) for cell in col])
         for name, col in zip(names, columns, strict=True)
@@ -1924,7 +1935,7 @@ def render_table(fits, names=None, title=None):
     header = [n.ljust(w) for n, w in zip(names, widths, strict=True)]
     lines.append(" | ".join([" " * label_width, *header]).rstrip())
     lines.append("-+-".join(["-" * label_width] + ["-" * w for w in widths]))
-    for i, (label, _unused) in enumerate(ROWS):
+    for i, (label, _unused) in enumerate(rows):
         cells = [col[i].ljust(w) for col, w in zip(columns, widths, strict=True)]
         lines.append(" | ".join([label.ljust(label_width), *cells]).rstrip())
     lines.append("")

