@@ -1,3 +1,6 @@
+#!/usr/bin/env python
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
 """`make lock`: the hash lock of every Python environment the project makes, by `uv pip compile`.
 
 One lock per environment, each committed and installed with pip's
@@ -68,7 +71,8 @@ def vllm_lock_path(version, variant):
 
 
 def tools_lock_path():
-    version = _yaml("roles/model_download/defaults/main.yml")["model_download_huggingface_hub_version"]
+    defaults = _yaml("roles/model_download/defaults/main.yml")
+    version = defaults["model_download_huggingface_hub_version"]
     return f"{TOOLS_LOCKS}/huggingface_hub-{version}.txt", f"huggingface_hub=={version}"
 
 
@@ -157,7 +161,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     source = [arg for link in pip_find_links() for arg in ("--find-links", link)]
     if args.torch_cpu_index:
-        source += ["--extra-index-url", args.torch_cpu_index, "--index-strategy", "unsafe-best-match"]
+        source += ["--extra-index-url", args.torch_cpu_index,
+                   "--index-strategy", "unsafe-best-match"]
     upgrade = (["--upgrade"] if args.upgrade else []) + [
         arg for name in args.upgrade_package for arg in ("--upgrade-package", name)]
     for spec in specs():

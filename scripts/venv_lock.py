@@ -1,3 +1,6 @@
+#!/usr/bin/env python
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
 """Does this Python's environment equal a hash lock? (scripts/setup.sh runs it with .venv's Python.)
 
     python scripts/venv_lock.py requirements/dev.txt            # exit 1 naming each package off

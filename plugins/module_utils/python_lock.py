@@ -83,22 +83,20 @@ def drift(wanted, installed, ignore=()):
     want = {canonical(name): version for name, version in wanted.items()}
     # The venv's own pip, setuptools and wheel count only where the lock names them.
     skip = {canonical(name) for name in (*VENV_OWN, *ignore)} - set(want)
-    rows = []
-    for name in sorted((set(have) | set(want)) - skip):
-        if have.get(name) != want.get(name):
-            rows.append({"package": name, "wanted": want.get(name), "found": have.get(name)})
-    return rows
+    return [{"package": name, "wanted": want.get(name), "found": have.get(name)}
+            for name in sorted((set(have) | set(want)) - skip) if have.get(name) != want.get(name)]
+
+
+def _row_words(row):
+    if row["found"] is None:
+        return f"{row['package']} wanted {row['wanted']}, missing"
+    if row["wanted"] is None:
+        return f"{row['package']} {row['found']} installed, not in the lock"
+    return f"{row['package']} wanted {row['wanted']}, found {row['found']}"
 
 
 def describe(rows, limit=12):
-    """One line of drift rows: 'transformers wanted 5.19.0 found 5.18.1; six not in the lock ...'."""
-    parts = []
-    for row in rows[:limit]:
-        if row["found"] is None:
-            parts.append(f"{row['package']} wanted {row['wanted']}, missing")
-        elif row["wanted"] is None:
-            parts.append(f"{row['package']} {row['found']} installed, not in the lock")
-        else:
-            parts.append(f"{row['package']} wanted {row['wanted']}, found {row['found']}")
+    """One line of drift rows: 'transformers wanted 5.19.0, found 5.18.1; ...' (`limit` of them)."""
+    parts = [_row_words(row) for row in rows[:limit]]
     more = f"; and {len(rows) - limit} more" if len(rows) > limit else ""
     return "; ".join(parts) + more

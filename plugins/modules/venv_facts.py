@@ -20,7 +20,7 @@ options:
     required: true
   lock_pins:
     description:
-      - The pins of the lock the virtualenv should equal (C(name: version), as the
+      - The pins of the lock the virtualenv should equal (package name to version, as the
         C(vllm_fleet.fleet.python_lock) filter reads them from a hash lock). With them the module
         says how the virtualenv differs (RV(lock_drift)).
     type: dict

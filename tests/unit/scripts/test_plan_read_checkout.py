@@ -10,9 +10,9 @@ from repo_paths import ROOT
 
 SCRIPT = ROOT / "scripts" / "plan-read-checkout.sh"
 CHECKOUT = "/tmp/x/vllm-fleet"
-WARNING = (f"{CHECKOUT}/.venv/lib/python3.11/site-packages/ansible/_internal/_ssh/_ssh_agent.py:18: "
-           "CryptographyDeprecationWarning: DSA is deprecated and will be removed in a future "
-           "release\n")
+WARNING = (f"{CHECKOUT}/.venv/lib/python3.11/site-packages/ansible/_internal/_ssh/"
+           "_ssh_agent.py:18: CryptographyDeprecationWarning: DSA is deprecated and support "
+           "will be removed in a future release. Use a more modern signature algorithm.\n")
 
 
 def _run(tmp_path, out, err):
