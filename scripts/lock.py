@@ -126,7 +126,7 @@ def pip_find_links():
         return []
     links = []
     for line in out.splitlines():
-        key, _, value = line.partition("=")
+        key, _sep, value = line.partition("=")
         if key.endswith(".find-links"):
             links.extend(value.strip().strip("'\"").split())
     return list(dict.fromkeys(links))

@@ -1866,7 +1866,7 @@ def _revision_cell(revision):
 
 def _vllm_cell(fit):
     """'0.33.0-cuda, lock 3f0c9a61d2b84e07': the vLLM a deploy installs and its lock's digest."""
-    return f"{fit.get('vllm_install') or '?'}, lock {fit.get('vllm_lock') or '(none)'}"
+    return f"{fit.get('vllm_install') or '?'}, lock {fit.get('vllm_lock') or '(none: make lock)'}"
 
 
 # Rows shown only where a report carries their key (the plan adds the vLLM lock).

@@ -26,7 +26,8 @@ def green_record(entry, fleet_mode):
                  "__vllm_model_served_entry": entry, "vllm_fleet_switch_mode": fleet_mode,
                  "model_download_commit": "a" * 40, "vllm_install_version": "0.32.0",
                  "vllm_install_variant": entry["vllm"]["variant"],
-                 "vllm_install_bin": "/opt/vllm/0.32.0-cpu/bin/vllm"}
+                 "vllm_install_bin": "/opt/vllm/0.32.0-cpu/bin/vllm",
+                 "vllm_install_facts": {"lock_digest": "3f0c9a61d2b84e07"}}
     templar = Templar(loader=DataLoader(), variables=variables)
     # The filters by their FQCN, as tests/unit/plugins/filter/test_roll_equivalence.py does.
     for name, function in FilterModule().filters().items():
@@ -35,7 +36,9 @@ def green_record(entry, fleet_mode):
 
 
 BASE = {"repo_id": "vllm-fleet-lab/tiny-gqa", "revision": "a" * 40,
-        "vllm_version": "0.32.0-cpu", "vllm_bin": "/opt/vllm/0.32.0-cpu/bin/vllm"}
+        "vllm_version": "0.32.0-cpu", "vllm_bin": "/opt/vllm/0.32.0-cpu/bin/vllm",
+        # Issue 42: the digest of the lock the virtualenv was installed from (venv_facts).
+        "vllm_lock": "3f0c9a61d2b84e07"}
 
 
 @pytest.mark.parametrize(("entry", "fleet", "expected"), [
