@@ -19,7 +19,8 @@ def test_each_name_is_its_owners_constant():
 def test_an_unknown_name_is_refused_naming_the_known_ones():
     with pytest.raises(AnsibleFilterError) as caught:
         FILTERS["host_path"]("records")
-    assert str(caught.value) == "host_path: no host path named 'records'; known: rank_dir, record, venv_lock"
+    assert str(caught.value) == (
+        "host_path: no host path named 'records'; known: rank_dir, record, venv_lock")
 
 
 def test_rank_file_is_replica_watchs():
