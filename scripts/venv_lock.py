@@ -49,8 +49,9 @@ def main(argv=None):
                 print(row["package"])
         return 0
     if rows:
-        print(f"FAIL: {sys.prefix} differs from {args.lock} ({len(rows)} package{'s' * (len(rows) != 1)}): "
-              f"{lock.describe(rows)}. `rm {sys.prefix}/.installed-lock && make setup` installs "
+        count = f"{len(rows)} package{'s' * (len(rows) != 1)}"
+        print(f"FAIL: {sys.prefix} differs from {args.lock} ({count}): {lock.describe(rows)}."
+              f" `rm {sys.prefix}/.installed-lock && make setup` installs "
               "the lock again; a dependency change goes through pyproject.toml and `make lock`.",
               file=sys.stderr)
         return 1
