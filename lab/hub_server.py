@@ -52,6 +52,10 @@ or ``POST /_faults`` with a JSON body; ``GET /_faults`` reads them back):
                  says; Content-Length and Content-Range count them, or with "announce": false
                  the body has no length header and ends when the connection closes
 
+  tree_alias     {listed path: real path}  the tree listing also names each listed path
+                 (``../x``, ``/abs/x``, anything) with the real file's size and hashes, as a
+                 hostile mirror or proxy may; the client must refuse such a listing
+
   rate_limit_file {glob: {"count": N, "reset": T, "header": "ratelimit"}}  answer the first N
                  GETs of a file 429 as the Hub does when a quota is spent: IETF
                  ``RateLimit: "resolvers";r=0;t=T`` and ``RateLimit-Policy: "fixed
@@ -262,6 +266,7 @@ class Faults:
             self.held: list[str] = []
             self.ignore_range: dict[str, dict] = {}
             self.extra_bytes: dict[str, dict] = {}
+            self.tree_alias: dict[str, str] = {}
             self.bytes_sent: dict[str, int] = {}
             self.requests: dict[str, int] = {}
             self.ranges: list[dict] = []
@@ -275,7 +280,7 @@ class Faults:
                          "rate_limit_file"):
                 if name in cfg:
                     setattr(self, name, {k: dict(v) for k, v in (cfg[name] or {}).items()})
-            for name in ("fail_revision", "fail_tree", "rate_limit_api"):
+            for name in ("fail_revision", "fail_tree", "rate_limit_api", "tree_alias"):
                 if name in cfg:
                     setattr(self, name, dict(cfg[name] or {}))
 
@@ -292,6 +297,7 @@ class Faults:
                 "hold_after": self.hold_after,
                 "ignore_range": self.ignore_range,
                 "extra_bytes": self.extra_bytes,
+                "tree_alias": self.tree_alias,
             }
 
     def stats(self) -> dict:
@@ -636,6 +642,11 @@ class HubHandler(BaseHTTPRequestHandler):
 
         out = [self._dir_obj(d, files) for d in sorted(dirs) if wanted(d)]
         out += [self._file_obj(files[p]) for p in sorted(files) if wanted(p)]
+        with self.faults.lock:
+            aliases = dict(self.faults.tree_alias)
+        for listed, real in sorted(aliases.items()):
+            if real in files and recursive and not sub:
+                out.append({**self._file_obj(files[real]), "path": listed})
         return self._json(out)
 
     def _paths_info(self, files: dict) -> None:

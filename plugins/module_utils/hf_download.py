@@ -160,6 +160,28 @@ def rate_limit_reset(headers, parse=None, now=None):
     return RateLimitReset(max(round(when.timestamp() - now), 0), "Retry-After: %s" % value)
 
 
+def unsafe_repo_path(path):
+    """Why a path the Hub listed cannot be a file of the model folder; None when it can.
+
+    The listing's paths are joined to the model folder and written as root: a
+    mirror, a proxy or a hostile Hub that lists ``../x`` or ``/etc/x`` must not
+    reach outside it (the sha256 comes from the same listing, so a hash check
+    does not help). Relative, ``/``-separated, no empty, ``.`` or ``..``
+    segment, no NUL or backslash, and inside the folder after normalisation.
+    """
+    if not isinstance(path, str) or not path:
+        return "an empty path"
+    bad = [part for part in path.split("/") if part in ("", ".", "..")]
+    normal = os.path.normpath(path)
+    for found, why in (("\x00" in path, "a NUL byte"), ("\\" in path, "a backslash"),
+                       (path.startswith("/"), "an absolute path"),
+                       (bool(bad), "a %r segment" % (bad or [""])[0]),
+                       (normal != path, "a path that normalises to %r" % normal)):
+        if found:
+            return why
+    return None
+
+
 class RemoteFile(object):
     """One file of the repo at the resolved revision, as the Hub describes it."""
 
@@ -812,6 +834,12 @@ class HfDownloader(object):
             )
         files = {}
         for e in entries:
+            why = unsafe_repo_path(getattr(e, "path", None))
+            if why:
+                raise DownloadError(
+                    "the Hub's listing of %s@%s names %r, %s: a file there would be written "
+                    "outside the model folder %s; the revision is refused, nothing was written"
+                    % (self.repo_id, sha, getattr(e, "path", None), why, self.local_dir))
             if not hasattr(e, "blob_id"):
                 continue  # a folder
             lfs = getattr(e, "lfs", None)
