@@ -28,9 +28,9 @@ import datetime as dt
 import json
 import os
 import re
-import tempfile
 import time
 
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.durable import write_atomic
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import (
     metric_totals,
     urllib_request,
@@ -194,21 +194,6 @@ def read_upstream(path):
         return None
 
 
-def write_atomic(path, text, mode=0o644, prefix=".upstream."):
-    """Write `text` to `path` through a temp file in the same folder and a rename."""
-    folder = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=prefix, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 class FrontDoorError(Exception):
     """nginx refused or did not take the switch; `fields` holds what the command said."""
 
@@ -324,7 +309,7 @@ class FrontDoor:
         old = self.current()
         if old == wanted:
             return False
-        write_atomic(self.upstream_file, wanted)
+        write_atomic(self.upstream_file, wanted, prefix=".upstream.")
         rc, out, err = self.run(self.test_cmd)
         if rc != 0:
             self._restore(old)
@@ -345,7 +330,7 @@ class FrontDoor:
         if old is None:
             os.unlink(self.upstream_file)
         else:
-            write_atomic(self.upstream_file, old)
+            write_atomic(self.upstream_file, old, prefix=".upstream.")
 
     def _settle(self, served_model_name, confirmations=None):
         """Wait until /v1/models through the front door shows the new state.

@@ -70,7 +70,11 @@ import sys
 import threading
 import time
 
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import disk_space, models_volume
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils import (
+    disk_space,
+    durable,
+    models_volume,
+)
 
 MANIFEST_NAME = ".vllm-fleet-manifest.json"
 STATE_DIR = os.path.join(".cache", "vllm-fleet")
@@ -265,11 +269,7 @@ def load_manifest(local_dir):
 
 
 def write_json_atomic(path, data):
-    tmp = "%s.tmp.%d" % (path, os.getpid())
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, path)
+    durable.write_json_atomic(path, data, prefix=".vllm-fleet-state.", indent=1, sort_keys=True)
 
 
 def partial_path(local_dir, rf):

@@ -62,7 +62,7 @@ import sys
 import time
 
 try:
-    from ansible_collections.vllm_fleet.fleet.plugins.module_utils import replica_watch
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils import durable, replica_watch
     from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import (
         check_once,
         metric_totals,
@@ -73,6 +73,7 @@ try:
         in_progress,
     )
 except ImportError:  # on the host: shipped beside health.py and switch_lock.py by vllm_service
+    import durable  # type: ignore[no-redef]
     import replica_watch  # type: ignore[no-redef]
     from health import check_once, metric_totals, urllib_request  # type: ignore[no-redef]
     from switch_lock import describe, in_progress  # type: ignore[no-redef]
@@ -395,10 +396,7 @@ def _worker_watch(settings, active, props, state, notes, read, run_command):
 def write_state(path, state):
     folder = os.path.dirname(path) or "."
     os.makedirs(folder, exist_ok=True)
-    tmp = os.path.join(folder, ".probe-state.tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(state, handle)
-    os.replace(tmp, path)
+    durable.write_atomic(path, json.dumps(state), prefix=".probe-state.")
 
 
 def run(settings, *, run_command, request=urllib_request, wall=time.time,

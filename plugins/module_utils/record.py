@@ -15,7 +15,7 @@ import json
 import os
 import time
 
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import write_atomic
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.durable import write_atomic
 
 HISTORY = 10
 # Where the record lives: its one owner (vllm_cutover's state_file default; the roles

@@ -58,10 +58,10 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.cutover import (
     unit_act,
     unit_show,
 )
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.durable import write_atomic
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import (
     FrontDoorError,
     drain,
-    write_atomic,
 )
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.units import (
     Systemd,

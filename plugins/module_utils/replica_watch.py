@@ -43,11 +43,13 @@ import sys
 import time
 
 try:
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils import durable
     from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import (
         HTTP_OK,
         urllib_request,
     )
-except ImportError:  # on the host: shipped beside health.py by vllm_service
+except ImportError:  # on the host: shipped beside health.py and durable.py by vllm_service
+    import durable  # type: ignore[no-redef]
     from health import HTTP_OK, urllib_request  # type: ignore[no-redef]
 
 # Where each rank's state lives on its host: the one owner (the roles read it through the
@@ -91,12 +93,9 @@ def _write(path, data):
     folder = os.path.dirname(path) or "."
     os.makedirs(folder, mode=0o755, exist_ok=True)
     os.chmod(folder, 0o755)  # noqa: S103 - nginx serves it to the replica's hosts
-    tmp = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, sort_keys=True)
-        handle.write("\n")
-    os.chmod(tmp, 0o644)  # read by nginx's workers (not root)
-    os.replace(tmp, path)
+    # Read by nginx's workers (not root): 0644.
+    durable.write_json_atomic(path, data, mode=0o644, prefix=f".{os.path.basename(path)}.",
+                              sort_keys=True)
 
 
 def publish(path, event, model, unit, role, head_url=None, env=None, wall=time.time,

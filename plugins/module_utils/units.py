@@ -20,7 +20,7 @@ import re
 import socket
 import time
 
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import write_atomic
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.durable import write_atomic
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import wait_healthy
 
 CGROUP_ROOT = "/sys/fs/cgroup"

@@ -514,10 +514,8 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.cutover import (
     Host,
     Settings,
 )
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import (
-    FrontDoor,
-    write_atomic,
-)
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.durable import write_atomic
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import FrontDoor
 
 
 def gpu_reader(module, fixture_dir):

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import probe, switch_lock
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import HttpResult
 
@@ -248,11 +249,15 @@ def test_a_failed_restart_is_reported(files):
 
 
 def test_the_shipped_script_runs_alone_beside_health_py(files, tmp_path):
-    """As the role installs it: probe.py and health.py in one folder, no Ansible on the path."""
+    """As the role installs it: the files its task copies (probe.py, health.py, ...) in one
+    folder, no Ansible on the path."""
     root = Path(probe.__file__).parent
     folder = tmp_path / "lib"
     folder.mkdir()
-    for name in ("probe.py", "health.py", "switch_lock.py", "replica_watch.py"):
+    tasks = yaml.safe_load((root.parents[1] / "roles/vllm_service/tasks/probe.yml").read_text())
+    shipped = next(t["loop"] for t in tasks if t["name"].startswith("Install the probe's script"))
+    assert {"probe.py", "health.py", "durable.py"} <= set(shipped)
+    for name in shipped:
         (folder / name).write_text((root / name).read_text())
     Path(files["record"]).write_text(json.dumps({"active": None}))
     proc = subprocess.run(

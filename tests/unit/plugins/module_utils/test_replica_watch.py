@@ -140,7 +140,7 @@ def test_the_shipped_script_publishes_alone_beside_health_py(tmp_path, rank_serv
     lib = tmp_path / "lib"
     lib.mkdir()
     root = Path(replica_watch.__file__).parent
-    for name in ("replica_watch.py", "health.py"):
+    for name in ("replica_watch.py", "health.py", "durable.py"):  # as roles/vllm_service ships them
         (lib / name).write_text((root / name).read_text())
     out = tmp_path / "run" / "tiny_gqa.json"
     argv = [sys.executable, "-E", "-s", str(lib / "replica_watch.py"), "publish", "started",
