@@ -52,6 +52,9 @@ or ``POST /_faults`` with a JSON body; ``GET /_faults`` reads them back):
                  says; Content-Length and Content-Range count them, or with "announce": false
                  the body has no length header and ends when the connection closes
 
+  revoked_tokens [token, ...]  a request with such a bearer token is answered 401
+                 "Invalid credentials in Authorization header", as the Hub answers a revoked
+                 or mistyped token on every route
   tree_alias     {listed path: real path}  the tree listing also names each listed path
                  (``../x``, ``/abs/x``, anything) with the real file's size and hashes, as a
                  hostile mirror or proxy may; the client must refuse such a listing
@@ -267,6 +270,7 @@ class Faults:
             self.ignore_range: dict[str, dict] = {}
             self.extra_bytes: dict[str, dict] = {}
             self.tree_alias: dict[str, str] = {}
+            self.revoked_tokens: list[str] = []
             self.bytes_sent: dict[str, int] = {}
             self.requests: dict[str, int] = {}
             self.ranges: list[dict] = []
@@ -283,6 +287,8 @@ class Faults:
             for name in ("fail_revision", "fail_tree", "rate_limit_api", "tree_alias"):
                 if name in cfg:
                     setattr(self, name, dict(cfg[name] or {}))
+            if "revoked_tokens" in cfg:
+                self.revoked_tokens = list(cfg["revoked_tokens"] or [])
 
     def config(self) -> dict:
         with self.lock:
@@ -298,6 +304,7 @@ class Faults:
                 "ignore_range": self.ignore_range,
                 "extra_bytes": self.extra_bytes,
                 "tree_alias": self.tree_alias,
+                "revoked_tokens": self.revoked_tokens,
             }
 
     def stats(self) -> dict:
@@ -500,6 +507,12 @@ class HubHandler(BaseHTTPRequestHandler):
         path = url.path
         if path.startswith("/_"):
             return self._control(path)
+        auth = self.headers.get("Authorization", "")
+        with self.faults.lock:
+            revoked = auth.startswith("Bearer ") and auth[len("Bearer "):].strip() in \
+                self.faults.revoked_tokens
+        if revoked:
+            return self._error(401, None, "Invalid credentials in Authorization header")
         if path.startswith("/api/models/"):
             return self._api(path[len("/api/models/") :], query)
         m = re.match(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$", path)

@@ -573,8 +573,18 @@ def _httpx():
     return None
 
 
-def describe_hub_error(hub, exc, repo_id, revision, endpoint):
-    """One line that says which of 404 repo / unknown revision / gated / other it was."""
+HTTP_UNAUTHORIZED = 401
+
+
+def _server_message(exc):
+    """The Hub's own reason (its X-Error-Message, huggingface_hub's server_message), one line."""
+    said = getattr(exc, "server_message", None) or ""
+    return " ".join(str(said).split())
+
+
+def describe_hub_error(hub, exc, repo_id, revision, endpoint):  # noqa: PLR0911
+    """One line that says which of 404 repo / unknown revision / gated / refused token /
+    other it was."""
     errors = hub.errors
     where = endpoint or "the Hub"
     status = _status_of(exc)
@@ -583,6 +593,13 @@ def describe_hub_error(hub, exc, repo_id, revision, endpoint):
             "repository %s is gated (HTTP %s at %s): it needs a token of an account that was "
             "granted access (token / token_file)" % (repo_id, status, where)
         )
+    said = _server_message(exc)
+    if status == HTTP_UNAUTHORIZED and said:
+        # The Hub answers a revoked or mistyped token 401 "Invalid credentials in
+        # Authorization header" on every route; huggingface_hub raises it as a plain
+        # HTTP error (or "repository not found"): the Hub's own reason says which.
+        return ("the Hub at %s refused the token for %s (HTTP 401: %s): check token / "
+                "token_file" % (where, repo_id, said))
     if isinstance(exc, errors.RevisionNotFoundError):
         return "revision %r not found in repository %s at %s (HTTP %s)" % (
             revision,

@@ -86,6 +86,20 @@ def test_not_found_and_gated_are_distinct_one_line_messages(
     assert "Traceback" not in exc.value.msg
 
 
+@pytest.mark.parametrize("repo", ["org/small", "org/gated"])
+def test_a_revoked_token_keeps_the_hubs_reason(hub, download, tmp_path, repo):
+    """Issue 46 case 6: the Hub answers a revoked or mistyped token 401 "Invalid credentials
+    in Authorization header" on every route; huggingface_hub raises RepositoryNotFoundError,
+    and the message said "not found ... check repo_id", losing the Hub's reason."""
+    hub.faults(revoked_tokens=["hf_revoked"])
+    with pytest.raises(DownloadError) as exc:
+        download(repo, tmp_path / "m", token="hf_revoked")  # noqa: S106
+    assert re.search(rf"^the Hub at .* refused the token for {repo} \(HTTP 401: Invalid "
+                     r"credentials in Authorization header\): check token / token_file$",
+                     exc.value.msg), exc.value.msg
+    assert hub.stats()["bytes_sent"] == {}
+
+
 def test_gated_with_token_downloads(hub, download, tmp_path):
     r = download("org/gated", tmp_path / "m", token="hf_lab_token")  # noqa: S106
     assert r["bytes_downloaded"] == sum(hub.sizes["org/gated"].values())
