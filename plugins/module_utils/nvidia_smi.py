@@ -34,6 +34,21 @@ QUERY_GPU_FIELDS = (
 )
 QUERY_APPS_FIELDS = ("pid", "used_memory", "gpu_uuid")
 
+# NVIDIA's "CUDA GPU Compute Capability" table (developer.nvidia.com/cuda-gpus, linked
+# from the CUDA Programming Guide's "Obtain the GPU Compute Capability"), for the
+# data-centre and workstation GPUs a model server uses: `nvidia-smi -q` (what support
+# bundles carry) prints no compute capability, --query-gpu's compute_cap does. First
+# match wins; a name none matches stays unknown (None), as before.
+CC_BY_NAME = (
+    (r"\bRTX PRO \d+ Blackwell\b|\bGeForce RTX 50\d0\b", "12.0"),
+    (r"\bG?B300\b", "10.3"),
+    (r"\bG?B200\b|\bB100\b", "10.0"),
+    (r"\bG?H100\b|\bG?H200\b|\bH800\b|\bH20\b", "9.0"),
+    (r"\bL40S?\b|\bL4\b|\bRTX 6000 Ada\b|\bGeForce RTX 40\d0\b", "8.9"),
+    (r"\bA10G?\b|\bA40\b|\bRTX A[456]000\b|\bGeForce RTX 30\d0\b", "8.6"),
+    (r"\bA100\b|\bA800\b|\bA30\b", "8.0"),
+)
+
 # Link classes of `nvidia-smi topo -m`, best first. NV# (a bonded set of #
 # NVLinks) is ranked by its count; the rest are PCIe paths.
 PCIE_LINK_RANK = {"PIX": 1, "PXB": 2, "PHB": 3, "NODE": 4, "SYS": 5, "SOC": 5}
@@ -291,12 +306,21 @@ def parse_smi_text(text):
     }
 
 
+def compute_capability_from_name(name):
+    """'NVIDIA RTX PRO 6000 Blackwell Server Edition' -> '12.0' (CC_BY_NAME); None unknown."""
+    for pattern, capability in CC_BY_NAME:
+        if re.search(pattern, name or ""):
+            return capability
+    return None
+
+
 def render_query_gpu(info):
     """parse_smi_xml/parse_smi_text's GPUs as `--query-gpu` CSV (with its header).
 
     Used where a capture has `nvidia-smi -q` but no --query-gpu table (a support
     bundle): indices follow the order of the GPUs in it (PCI bus order, as
-    nvidia-smi numbers them); the compute capability is not in -q (empty).
+    nvidia-smi numbers them). -q prints no compute capability: it is NVIDIA's for
+    the GPU's name (compute_capability_from_name), N/A for a name it does not list.
     """
 
     def mib(value):
@@ -315,7 +339,7 @@ def render_query_gpu(info):
                     mib(gpu.get("memory_total_bytes")),
                     mib(gpu.get("memory_used_bytes")),
                     mib(gpu.get("memory_free_bytes")),
-                    "N/A",
+                    compute_capability_from_name(gpu.get("name")) or "N/A",
                     "N/A" if persistence is None else ("Enabled" if persistence else "Disabled"),
                     info.get("driver_version") or "N/A",
                 ]

@@ -247,7 +247,9 @@ def test_text_q_in_a_capture_is_no_longer_an_error(tmp_path):
     for text_gpu, full_gpu in zip(bundle["gpus"], full["gpus"], strict=True):
         for key in ("index", "name", "uuid", "memory_total_bytes", "minor_number"):
             assert text_gpu[key] == full_gpu[key], key
-        assert text_gpu["compute_capability"] is None  # not in -q; the CSV has 9.0
+        # Not in -q; NVIDIA's table for the name gives what the real CSV says (issue 46
+        # case 6: a bundle without it matched no sm profile).
+        assert text_gpu["compute_capability"] == full_gpu["compute_capability"] == "9.0"
     # The same text in the -q -x file reads too (a bundle named after its command).
     shutil.copy(P2P / "nvidia-smi-q.txt", tmp_path / "nvidia-smi-q.xml")
     assert collect_from_fixture(str(tmp_path))["gpu_count"] == 2
@@ -283,3 +285,19 @@ def test_module_returns_the_bundle_facts():
     assert failed["failed"] is True
     assert "550.54.14" in failed["msg"]
     assert "525.60.11" in failed["msg"]
+
+
+@pytest.mark.parametrize(("name", "capability"), [
+    # The names nvidia-smi prints (captures in tests/fixtures/gpu and shared/fixtures/gpu,
+    # vllm-project/recipes' hardware names), NVIDIA's table for each.
+    ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "12.0"),
+    ("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", "12.0"),
+    ("NVIDIA GeForce RTX 5090", "12.0"),
+    ("NVIDIA B200", "10.0"), ("NVIDIA GB200", "10.0"), ("NVIDIA B300 SXM6 AC", "10.3"),
+    ("NVIDIA H100 NVL", "9.0"), ("NVIDIA H100 80GB HBM3", "9.0"), ("NVIDIA H200", "9.0"),
+    ("NVIDIA GH200 480GB", "9.0"), ("NVIDIA L40S", "8.9"), ("NVIDIA L4", "8.9"),
+    ("NVIDIA A100-SXM4-80GB", "8.0"), ("NVIDIA A10G", "8.6"),
+    ("NVIDIA TITAN RTX", None), ("Tesla V100-SXM2-16GB", None), ("", None), (None, None),
+])
+def test_the_compute_capability_of_a_gpus_name(name, capability):
+    assert smi.compute_capability_from_name(name) == capability
