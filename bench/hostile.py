@@ -136,7 +136,7 @@ def classes():
            [(name, unit(entry(env={name: "1"}))) for name in PRODUCT_ENV])
     # The Molecule scenarios' broken values: vLLM refuses them at start, not the product.
     broken = [["--max-num-seqs", "not-a-number"], ["--no-such-option"], ["--model-impl", "x"],
-              ["--config-format", "auto"], ["--hostname", "x"], ["--api-server-count", "1"],
+              ["--config-format", "auto"], ["--hostname", "x"], ["--max-num-seqs=lots"],
               ["--compilation-config.level", "3"], ["-O3"], ["--seed=0"]]
     yield ("other options (vLLM decides)", "keep",
            [(" ".join(v), unit(entry(extra_args=v), lambda v=v: argv_intact(entry(extra_args=v))))

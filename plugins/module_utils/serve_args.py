@@ -74,9 +74,26 @@ PRODUCT_OPTIONS = {
     "grpc-port": "it opens a second (gRPC) API port, past the front door's routes and keys",
     "allowed-local-media-path": ("clients could read the host's files through it (vLLM's "
                                  "security guide); send media inline"),
+    # What the probe reads (issue 44 case 5): it tells a busy engine from a dead one by
+    # vLLM's counters on /metrics.
+    "disable-log-stats": ("it removes vLLM's counters from /metrics, by which the probe tells a "
+                          "busy engine from a dead one (it would restart a saturated engine)"),
+    "api-server-count": ("with more than one API server /metrics answers for one of them "
+                         "(vllm-project/vllm pull request 22227): the probe and the drain read "
+                         "the engine's counters and /load there"),
+    # Listeners, routes and unpickling a catalog entry must not add (issue 45 case 6;
+    # vLLM 0.32 engine/arg_utils.py).
+    "weight-transfer-config": ("it sets up a channel that loads weights into the running "
+                               "model from outside the product"),
+    "enable-elastic-ep": "it lets the engine take in and drop expert-parallel ranks at run time",
+    "enable-fault-tolerance": "it adds engine control the product's probe and switch do not know",
+    "kv-events-config": "it opens a publisher of KV cache events on a socket of its own",
+    "enable-log-requests": ("it writes request parameters (and at DEBUG the prompts) into the "
+                            "journal"),
 }
 # The boolean ones also take `--no-<name>`.
-_NEGATABLE = ("enable-server-load-tracking", "enable-sleep-mode")
+_NEGATABLE = ("enable-server-load-tracking", "enable-sleep-mode", "disable-log-stats",
+              "enable-elastic-ep", "enable-fault-tolerance", "enable-log-requests")
 RESERVED_OPTIONS = tuple(name.replace("-", "_") for name in PRODUCT_OPTIONS)
 # Environment variables vLLM 0.32 reads (vllm/envs.py) that change what the
 # server answers or who may ask it: the product owns them.
@@ -90,6 +107,8 @@ PRODUCT_ENV = {
     "VLLM_USE_RUST_FRONTEND": ("it replaces the API server the product runs (and opens "
                                "--grpc-port)"),
     "VLLM_RUST_FRONTEND_PATH": "it names a program to run as the API server",
+    "VLLM_ALLOW_INSECURE_SERIALIZATION": ("it lets vLLM unpickle what it is sent (with "
+                                          "weight_transfer_config, code from outside)"),
 }
 # Where vLLM, torch's inductor and Triton keep what they compile (and load back
 # with dlopen): every unit sets them under the service home (cache_environment()).

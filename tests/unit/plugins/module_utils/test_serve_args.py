@@ -400,6 +400,16 @@ OWNED_WORDS = [
     ("--enable-sleep-mode", "enable-sleep-mode"), ("--enable_sleep", "enable-sleep-mode"),
     ("--no-enable-sleep-mode", "enable-sleep-mode"), ("--config", "config"),
     ("--config=/srv/models/x/evil.yaml", "config"),
+    # Issue 44 case 5: the options that blind the probe; issue 45 case 6: listeners, routes,
+    # unpickling (vLLM 0.32 engine/arg_utils.py: booleans are BooleanOptionalAction).
+    ("--disable-log-stats", "disable-log-stats"), ("--disable_log_stats", "disable-log-stats"),
+    ("--no-disable-log-stats", "disable-log-stats"), ("--api-server-count=4", "api-server-count"),
+    ("--api_server_count", "api-server-count"), ("--api-server", "api-server-count"),
+    ("--weight-transfer-config.backend", "weight-transfer-config"),
+    ("--enable-elastic-ep", "enable-elastic-ep"),
+    ("--enable-fault-tolerance", "enable-fault-tolerance"),
+    ("--kv_events_config={}", "kv-events-config"), ("--enable-log-requests", "enable-log-requests"),
+    ("--no-enable-log-requests", "enable-log-requests"),
 ]
 
 
@@ -411,7 +421,7 @@ def test_every_spelling_of_an_owned_option_is_named(word, option):
 @pytest.mark.parametrize("word", [
     "--max-num-seqs", "--no-such-option", "--model-impl", "--config-format", "--hostname-x",
     "--port-range", "--seed", "-tp", "-O3", "--", ANY, "host", "-host", "--HOST",
-    "--compilation-config.level", "--api-server-count",
+    "--compilation-config.level", "--disable-log-requests",
 ])
 def test_other_options_and_values_are_not_owned(word):
     assert product_option(word) is None
@@ -458,7 +468,7 @@ def test_one_line_per_owned_value():
 
 @pytest.mark.parametrize("name", ["VLLM_SERVER_DEV_MODE", "VLLM_API_KEY",
                                   "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "VLLM_USE_RUST_FRONTEND",
-                                  "VLLM_RUST_FRONTEND_PATH"])
+                                  "VLLM_RUST_FRONTEND_PATH", "VLLM_ALLOW_INSECURE_SERIALIZATION"])
 def test_owned_environment_is_refused(name):
     with pytest.raises(ProductOwnedError) as caught:
         check_unit_inputs("tiny_gqa", {**ENTRY, "env": {"A": "1", name: "1"}}, SETTINGS)
