@@ -34,6 +34,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.serve_args import
     PRODUCT_ENV,
     PRODUCT_OPTIONS,
     PRODUCT_UNITS,
+    UNIT_ENV,
     check_model_name,
     check_request,
     systemd_environment,
@@ -133,7 +134,7 @@ def classes():
     yield ("owned options in a GPU profile", "refuse",
            [(v, unit(entry(profiles={"sm90": {"extra_args": [v]}}))) for v in spellings])
     yield ("owned environment", "refuse",
-           [(name, unit(entry(env={name: "1"}))) for name in PRODUCT_ENV])
+           [(name, unit(entry(env={name: "1"}))) for name in (*PRODUCT_ENV, *UNIT_ENV)])
     # The Molecule scenarios' broken values: vLLM refuses them at start, not the product.
     broken = [["--max-num-seqs", "not-a-number"], ["--no-such-option"], ["--model-impl", "x"],
               ["--config-format", "auto"], ["--hostname", "x"], ["--max-num-seqs=lots"],

@@ -121,6 +121,23 @@ CACHE_ENV = {
     "TORCHINDUCTOR_CACHE_DIR": "torchinductor",
     "TRITON_CACHE_DIR": "triton",
 }
+# What the unit sets itself (roles/vllm_service/templates/vllm.service.j2): a catalog
+# entry's env comes after these lines, and systemd keeps the last assignment, so an
+# entry could move the home, let vLLM ask the Hub at start, or renumber the GPUs
+# (issue 45 case 6). Refused like PRODUCT_ENV; test_serve_args.py reads the template's
+# Environment= lines and holds each of them here, in PRODUCT_ENV or in CACHE_ENV.
+UNIT_ENV = {
+    "HOME": "the unit sets it to the service home (vllm_service_home)",
+    "HF_HUB_OFFLINE": ("the unit serves the folder the product downloaded and verified; vLLM "
+                       "never asks the Hub at start"),
+    "PYTHONUNBUFFERED": "the journal gets vLLM's lines as they are written (the switch reads them)",
+    "CUDA_DEVICE_ORDER": "CUDA numbers the GPUs in PCI bus order, as nvidia-smi and gpus do",
+    "CUDA_VISIBLE_DEVICES": "the catalog entry's gpus field sets it",
+    "GLOO_SOCKET_IFNAME": ("the ranks of one host talk over loopback; a replica's interface comes "
+                           "from the inventory"),
+    "NCCL_SOCKET_IFNAME": ("the ranks of one host talk over loopback; a replica's interface comes "
+                           "from the inventory"),
+}
 CACHE_ENV_WHY = ("the unit keeps compiled kernels under the service home "
                  "(vllm_service_home/.cache/), where a restart finds them and a noexec /tmp "
                  "cannot stop them loading")
@@ -574,7 +591,9 @@ def check_unit_inputs(model, entry, settings):
         f"env.{name} is set ({name} is vLLM's own): the product owns it ({PRODUCT_ENV[name]})"
         for name in env if name in PRODUCT_ENV] + [
         f"env.{name} is set: the product owns it ({CACHE_ENV_WHY})"
-        for name in env if name in CACHE_ENV])
+        for name in env if name in CACHE_ENV] + [
+        f"env.{name} is set: the unit sets it ({UNIT_ENV[name]})"
+        for name in env if name in UNIT_ENV])
     for name, value in settings.items():
         _check_setting(name, value)
     return entry

@@ -7,8 +7,11 @@ import re
 import pytest
 import yaml
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.serve_args import (
+    CACHE_ENV,
     LOAD_FORMATS,
+    PRODUCT_ENV,
     PRODUCT_UNITS,
+    UNIT_ENV,
     ProductOwnedError,
     UnitValueError,
     check_model_name,
@@ -474,6 +477,25 @@ def test_owned_environment_is_refused(name):
         check_unit_inputs("tiny_gqa", {**ENTRY, "env": {"A": "1", name: "1"}}, SETTINGS)
     assert str(caught.value).startswith(
         f"catalog entry tiny_gqa: env.{name} is set ({name} is vLLM's own): the product owns it (")
+
+
+@pytest.mark.parametrize("name", ["HOME", "HF_HUB_OFFLINE", "CUDA_VISIBLE_DEVICES",
+                                  "NCCL_SOCKET_IFNAME"])
+def test_environment_the_unit_sets_is_refused(name):
+    """Issue 45 case 6: the entry's env comes after the unit's own lines and systemd keeps the
+    last: HOME=/tmp or HF_HUB_OFFLINE=0 from a catalog entry would win."""
+    with pytest.raises(ProductOwnedError) as caught:
+        check_unit_inputs("tiny_gqa", {**ENTRY, "env": {name: "0"}}, SETTINGS)
+    assert str(caught.value).startswith(
+        f"catalog entry tiny_gqa: env.{name} is set: the unit sets it (")
+
+
+def test_every_variable_the_unit_template_sets_is_owned():
+    """The template's own Environment= lines: each name is refused in a catalog entry's env."""
+    template = (ROOT / "roles/vllm_service/templates/vllm.service.j2").read_text()
+    names = set(re.findall(r"line\('Environment', '([A-Z_][A-Z0-9_]*)[=']", template))
+    assert {"HOME", "HF_HUB_OFFLINE", "CUDA_VISIBLE_DEVICES", "VLLM_SERVER_DEV_MODE"} <= names
+    assert names <= set(UNIT_ENV) | set(PRODUCT_ENV) | set(CACHE_ENV)
 
 
 def test_other_environment_is_kept():

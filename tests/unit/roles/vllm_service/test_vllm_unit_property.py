@@ -37,9 +37,18 @@ OPTION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 # here apart from module_utils/serve_args.py.
 OWNED_FORMS = ["host", "port", "served-model-name", "model", "enable-server-load-tracking",
                "no-enable-server-load-tracking", "api-key", "enable-sleep-mode",
-               "no-enable-sleep-mode", "config", "uds", "grpc-port", "allowed-local-media-path"]
+               "no-enable-sleep-mode", "config", "uds", "grpc-port", "allowed-local-media-path",
+               # the probe's counters (issue 44 case 5), listeners and unpickling (issue 45)
+               "disable-log-stats", "no-disable-log-stats", "api-server-count",
+               "weight-transfer-config", "enable-elastic-ep", "no-enable-elastic-ep",
+               "enable-fault-tolerance", "no-enable-fault-tolerance", "kv-events-config",
+               "enable-log-requests", "no-enable-log-requests"]
 OWNED_ENV = {"VLLM_SERVER_DEV_MODE", "VLLM_API_KEY", "VLLM_ALLOW_RUNTIME_LORA_UPDATING",
              "VLLM_USE_RUST_FRONTEND", "VLLM_RUST_FRONTEND_PATH",
+             "VLLM_ALLOW_INSECURE_SERIALIZATION",
+             # what the unit sets itself (issue 45 case 6: systemd keeps the last assignment)
+             "HOME", "HF_HUB_OFFLINE", "PYTHONUNBUFFERED", "CUDA_DEVICE_ORDER",
+             "CUDA_VISIBLE_DEVICES", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME",
              # the unit's compile caches, under the service home (issue 34)
              "VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"}
 
