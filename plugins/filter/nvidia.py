@@ -60,6 +60,34 @@ def nvidia_unexplained_memory(gpu_facts, gpus, threshold_bytes):
         raise AnsibleFilterError(f"nvidia_unexplained_memory: {exc}") from exc
 
 
+# What `mokutil --test-key <der>` prints (mokutil 0.6.0, Debian 12's, its strings): the
+# key trusted - in MokList ("is already enrolled", a CA "CA of X is already enrolled"), in
+# the firmware's db, or in the kernel's built-in keyring; waiting for a person to confirm
+# it at the console on the next boot ("already in the enrollment request"); not trusted
+# ("is not enrolled"): DKMS then signs with a key the kernel rejects (quo/ithc-linux#22,
+# modprobe: "Key was rejected by service").
+_MOK_ENROLLED = re.compile(r"\bis already (?:enrolled|in db|in the built-in trusted keyring)\b"
+                           r"|\bCA of .* is already enrolled\b")
+_MOK_PENDING = re.compile(r"\bis already in the enrollment request\b")
+_MOK_REFUSED = re.compile(r"\bis not enrolled\b|\bis blocked\b|not a valid x509 certificate")
+
+
+def nvidia_mok_key_state(mokutil_text):
+    """'enrolled' | 'pending' | 'not enrolled' | 'unknown' from `mokutil --test-key`'s output.
+
+    Anything mokutil did not say plainly (no EFI, mokutil missing) is 'unknown': a
+    refusal for the role, never a pass.
+    """
+    text = mokutil_text or ""
+    if _MOK_REFUSED.search(text):
+        return "not enrolled"
+    if _MOK_PENDING.search(text):
+        return "pending"
+    if _MOK_ENROLLED.search(text):
+        return "enrolled"
+    return "unknown"
+
+
 def nvidia_secure_boot_state(efi_present, efivar_b64=None, mokutil_text=None):
     """'enabled' | 'disabled' | 'unknown' from the firmware's own authorities.
 
@@ -155,6 +183,7 @@ class FilterModule:
             "nvidia_fabric_warnings": nvidia_fabric_warnings,
             "nvidia_unexplained_memory": nvidia_unexplained_memory,
             "nvidia_secure_boot_state": nvidia_secure_boot_state,
+            "nvidia_mok_key_state": nvidia_mok_key_state,
             "nvidia_cuda_mismatch": nvidia_cuda_mismatch,
             "nvidia_driver_choice": nvidia_driver_choice,
             "nvidia_deb_version_cmp": nvidia_deb_version_cmp,

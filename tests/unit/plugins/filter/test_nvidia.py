@@ -49,6 +49,7 @@ def test_filters_are_registered_and_documented():
         "nvidia_fabric_warnings",
         "nvidia_unexplained_memory",
         "nvidia_secure_boot_state",
+        "nvidia_mok_key_state",
         "nvidia_cuda_mismatch",
         "nvidia_driver_choice",
         "nvidia_deb_version_cmp",
@@ -83,6 +84,24 @@ def _efivar(value):
 )
 def test_secure_boot_state(args, state):
     assert nvidia_secure_boot_state(*args) == state
+
+
+@pytest.mark.parametrize(("text", "state"), [
+    # mokutil 0.6.0's own words (Debian 12's binary), for a DER certificate.
+    ("/var/lib/dkms/mok.pub is already enrolled\n", "enrolled"),
+    ("CA of /var/lib/dkms/mok.pub is already enrolled\n", "enrolled"),
+    ("/var/lib/dkms/mok.pub is already in db\n", "enrolled"),
+    ("/var/lib/dkms/mok.pub is already in the built-in trusted keyring\n", "enrolled"),
+    ("/var/lib/dkms/mok.pub is already in the enrollment request\n", "pending"),
+    # quo/ithc-linux#22's case: a key made and never enrolled.
+    ("/var/lib/dkms/mok.pub is not enrolled\n", "not enrolled"),
+    ("/var/lib/dkms/mok.pub is blocked in dbx\n", "not enrolled"),
+    ("Abort!!! /root/mok.key is not a valid x509 certificate in DER format\n", "not enrolled"),
+    ("EFI variables are not supported on this system\n", "unknown"),
+    ("", "unknown"), (None, "unknown"),
+])
+def test_mok_key_state(text, state):
+    assert FilterModule().filters()["nvidia_mok_key_state"](text) == state
 
 
 def test_cuda_mismatch():
