@@ -6,6 +6,11 @@ Each class is a set of values put where a catalog entry, an inventory or a vault
 puts them, and an expectation:
 - refuse: the request phase's check (module_utils/serve_args.py check_request,
   check_model_name; module_utils/api_keys.py api_key_problems) must refuse it;
+- a config.json number the fit reads (issue 45 case 6): each field of the shipped
+  MiniMax-M2.5 and Kimi-K2.5 configs set to a hostile value must make the fit
+  say "cannot size" naming the field (refuse); the same number spelt as an
+  integral float or as digits must still size (keep); an exception out of the
+  fit counts as passed unexpectedly;
 - keep: the check must accept it, and it must arrive intact: a unit value is
   quoted for its directive and read back with systemd's rules
   (tests/systemd_unit.py, a transcription of systemd's parser) as the same
@@ -19,6 +24,8 @@ value to keep that was refused). Exit 1 unless the last two are 0 everywhere.
 """
 
 import argparse
+import copy
+import json
 import sys
 from pathlib import Path
 
@@ -29,6 +36,10 @@ sys.path.insert(0, str(ROOT / "tests"))
 # The repo's own checks and systemd reader (after the paths above).
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.api_keys import (  # noqa: E402
     api_key_problems,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.model_fit import (  # noqa: E402
+    CONFIG_NUMBERS,
+    size_model,
 )
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.serve_args import (  # noqa: E402
     PRODUCT_ENV,
@@ -100,8 +111,55 @@ def env_intact(name, value):
     return words(systemd_environment(name, value)) == [f"{name}={value}"]
 
 
+# The shipped configs of the catalog's models (roles/vllm_model/files/model_configs) on
+# the target: 8x RTX PRO 6000, TP 8.
+CONFIGS = ("MiniMaxAI--MiniMax-M2.5.config.json", "moonshotai--Kimi-K2.5.config.json")
+FIT_GPU = {"count": 8, "memory_total_bytes": 97_887 * 1_048_576, "compute_capability": "12.0",
+           "interconnect": "pcie"}
+FIT_SERVE = {"tensor_parallel_size": 8, "max_model_len": 4096, "gpu_memory_utilization": 0.92}
+HOSTILE_NUMBERS = (-1, -(2**40), 2**31, 2**63, 10**400, 1.5, float("nan"), float("inf"),
+                   float("-inf"), True, False, "12x", "", "-3", [], [8], {}, {"a": 1})
+
+
+def fit_run(config, field):
+    """run() of one config: (cannot size naming `field`, sized); an exception is neither."""
+    def run():
+        try:
+            report = size_model(config, serve=dict(FIT_SERVE), gpu=dict(FIT_GPU),
+                                weight_bytes=200 * 10**9)
+        except Exception:  # noqa: BLE001 - any exception out of the fit is a finding
+            return False, False
+        refused = not report["sized"] and f"config.json's {field} is" in report["unsized_why"]
+        return refused, bool(report["sized"])
+    return run
+
+
+def config_cases():
+    """(hostile, kept) lists of (label, run) over the shipped configs' numeric fields."""
+    hostile, kept = [], []
+    for name in CONFIGS:
+        base = json.loads((ROOT / "roles/vllm_model/files/model_configs" / name).read_text())
+        inner = "text_config" if isinstance(base.get("text_config"), dict) else None
+        fields = [key for key in CONFIG_NUMBERS
+                  if isinstance((base[inner] if inner else base).get(key), int)]
+        for field in fields:
+            for value in HOSTILE_NUMBERS:
+                changed = copy.deepcopy(base)
+                (changed[inner] if inner else changed)[field] = value
+                hostile.append((f"{name}:{field}={value!r}", fit_run(changed, field)))
+            number = (base[inner] if inner else base)[field]
+            for value in (float(number), str(number)):
+                changed = copy.deepcopy(base)
+                (changed[inner] if inner else changed)[field] = value
+                kept.append((f"{name}:{field}={value!r}", fit_run(changed, field)))
+    return hostile, kept
+
+
 def classes():
     """(class, expectation, [(value, run)]): run() -> (refused, intact)."""
+    hostile_numbers, kept_numbers = config_cases()
+    yield ("config.json numbers the fit reads", "refuse", hostile_numbers)
+    yield ("config.json numbers spelt otherwise", "keep", kept_numbers)
     def unit(candidate, intact=lambda: True):
         def run():
             refused = request(candidate) is not None

@@ -182,9 +182,58 @@ def text_config(config):
             f"config must be the parsed config.json (a dict), got {type(config).__name__}"
         )
     inner = config.get("text_config")
-    if isinstance(inner, dict) and inner.get("num_hidden_layers"):
+    # The key, not its value: a text_config whose num_hidden_layers is 0 or broken is the
+    # one to refuse (check_config_numbers), not a reason to read the outer config.
+    if isinstance(inner, dict) and "num_hidden_layers" in inner:
         return inner
     return config
+
+
+# Every number of config.json the fit (and fit_overhead) reads, and the ones that may not
+# be 0 where present. A hostile or broken config.json (a mirror's, a typo) gave "fits:
+# -135 requests" or a traceback (issue 45 case 6): each is checked once, first, and a
+# value that is not a whole number in range makes the model "cannot size", naming it.
+CONFIG_NUMBERS = (
+    "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+    "hidden_size", "vocab_size", "max_position_embeddings", "intermediate_size",
+    "moe_intermediate_size", "n_routed_experts", "num_experts", "num_local_experts",
+    "num_experts_per_tok", "moe_topk", "n_shared_experts", "first_k_dense_replace",
+    "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
+    "sliding_window", "index_head_dim", "index_topk", "index_n_heads",
+    "num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_modules",
+    "mtp_transformer_layers", "linear_num_key_heads", "linear_num_value_heads",
+    "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim",
+    "full_attention_interval",
+)
+CONFIG_POSITIVE = ("num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                   "head_dim", "hidden_size", "vocab_size", "max_position_embeddings")
+CONFIG_NUMBER_MAX = 2**31 - 1
+
+
+def check_config_numbers(cfg):
+    """Refuse (CannotSizeError, naming the field) a number the fit cannot use.
+
+    Absent or null is left to the fit (it knows which it needs); present, a number
+    must be a whole number (an int, an integral float, or digits as text) from 0
+    (from 1 for CONFIG_POSITIVE) to 2**31 - 1; true/false, NaN, infinities,
+    fractions, negatives, lists and objects are refused.
+    """
+    for key in CONFIG_NUMBERS:
+        value = cfg.get(key)
+        if value is None:
+            continue
+        low = 1 if key in CONFIG_POSITIVE else 0
+        number = None
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        elif isinstance(value, float) and value.is_integer():  # NaN and infinities are not
+            number = int(value)
+        elif isinstance(value, str) and value.strip().isdigit():
+            number = int(value.strip())
+        if number is None or not low <= number <= CONFIG_NUMBER_MAX:
+            raise CannotSizeError(
+                f"config.json's {key} is {value!r}: wanted a whole number from {low} to "
+                f"{CONFIG_NUMBER_MAX}")
 
 
 def _int(value, name):
@@ -353,6 +402,7 @@ def _mtp_layers(cfg):
 def attention_info(config):
     """Attention design, why, and the sizes the KV cache uses; refuses unknown designs."""
     cfg = text_config(config)
+    check_config_numbers(cfg)
     layers = cfg.get("num_hidden_layers")
     heads = cfg.get("num_attention_heads")
     if not layers or not heads:

@@ -218,3 +218,27 @@ def test_vllm_allow_long_max_model_len_in_the_entrys_env_is_a_warning(minimax, a
     kept = mf.model_fit(minimax, serve=serve, gpu=RTX_PRO_6000, weight_bytes=10**9,
                         env={"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "0"})
     assert kept["refusals"][0] == refused["refusals"][0]
+
+
+@pytest.mark.parametrize(("value", "low"), [
+    (-135, 1), (0, 1), (float("nan"), 1), (float("inf"), 1), (1.5, 1), (True, 1), ("x", 1),
+    ([], 1), (2**31, 1)])
+def test_a_hostile_config_number_cannot_be_sized_and_is_named(value, low):
+    """Issue 45 case 6: a config.json number the fit reads that is not a whole number in range
+    was "fits: -135 requests" or a traceback; now "cannot size", naming the field."""
+    config = {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": value,
+              "num_attention_heads": 32, "hidden_size": 4096, "max_position_embeddings": 8192}
+    report = mf.size_model(config, serve={}, gpu={"count": 1, "memory_total_bytes": 80 * 2**30,
+                                                  "compute_capability": "9.0"},
+                           repo_id="org/m", revision="r")
+    assert report["sized"] is False
+    assert report["unsized_why"] == (
+        f"config.json's num_hidden_layers is {value!r}: wanted a whole number from {low} to "
+        "2147483647")
+
+
+def test_config_numbers_spelt_as_floats_or_digits_still_size():
+    config = {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 32.0,
+              "num_attention_heads": "32", "hidden_size": 4096, "max_position_embeddings": 8192,
+              "first_k_dense_replace": 0}
+    mf.check_config_numbers(config)  # no refusal
