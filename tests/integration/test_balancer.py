@@ -305,6 +305,18 @@ def test_a_body_larger_than_the_buffer_gets_413_not_a_wrong_404(tmp_path, doors)
     assert hosts_of([routed]) == ["b1"]
 
 
+def test_a_body_past_the_buffer_gets_413_with_model_first_too(tmp_path, doors):
+    """Issue 46 case 6: a body with `model` before `messages` was routed by it and sent on
+    whole (8 MB -> 200), past the limit the buffer sets; field order decides nothing now."""
+    first = {"model": "kimi", "messages": [{"role": "user", "content": "x" * 64 * 1024}]}
+    assert json.dumps(first).index('"model"') == 1
+    with balancer(tmp_path, **settings(doors, vllm_balancer_buffer_bytes=16384)) as bal:
+        too_big = call(bal.url, "/v1/chat/completions", KEY, first)
+    assert too_big[0] == 413
+    assert error_of(too_big)["code"] == "request_too_large"
+    assert [door.seen for door in doors.values()] == [[], [], []]
+
+
 def test_a_pool_without_a_healthy_server_answers_503_with_retry_after(tmp_path, doors):
     with balancer(tmp_path, **settings(doors)) as bal:
         doors["b1"].healthy = False
