@@ -619,9 +619,16 @@ class Cutover:
             raise CutoverError(f"{self.green['model']} is running, but the front door was not "
                                f"switched to it: {exc}", **dict(exc.fields, **result)) from None
 
+    def _pending(self):
+        """What the front door let through before its last reload and still carries (its
+        old workers, FrontDoor.admitted), for the drain; None without one that says."""
+        if self.frontdoor is None or self.frontdoor.fenced is None:
+            return None
+        return self.frontdoor.admitted
+
     def _drain(self, svc, result, key):
         outcome = drain(svc["url"], self.settings.drain_timeout, request=self.host.request,
-                        clock=self.host.clock, sleep=self.host.sleep)
+                        clock=self.host.clock, sleep=self.host.sleep, pending=self._pending())
         result[key] = outcome
         return outcome
 
@@ -700,7 +707,20 @@ class Cutover:
         return f"{msg} (its journal: {cause})" if cause and cause not in msg else msg
 
     def _put_blue_aside(self, blue, same, result):
-        """Sequential, blue drained: it sleeps (warm) or stops (cold)."""
+        """Sequential, blue drained: it sleeps (warm) or stops (cold).
+
+        A warm switch whose drain ended with the front door still carrying requests it let
+        through before its hold (a body still arriving past the drain's deadline) stops blue
+        instead: asleep, blue would keep them waiting until a wake; stopped, they are
+        answered at once (the front door's 503)."""
+        held = (result.get("blue_drain") or {}).get("frontdoor_in_flight")
+        if self.warm and held:
+            self.warm = False
+            result.update(switch="cold", sleep_level=None)
+            result["warm_refused"] = (
+                f"the front door still carried {held} request(s) for blue {blue['model']} "
+                f"after the drain's {self.settings.drain_timeout:g} s: asleep, blue would have "
+                f"kept them waiting, so it was stopped")
         if self.warm:
             self.blue_asleep = True  # asked to sleep: a failure from here wakes it
             result["blue_sleep_s"] = self._timed("sleep_blue", self._sleep_blue, blue)
@@ -878,7 +898,7 @@ class Cutover:
                                    f"reached it asleep, then failed its gate at "
                                    f"{gate['stage']}: {gate['detail']}")
             drain(blue["url"], self.settings.drain_timeout, request=self.host.request,
-                  clock=self.host.clock, sleep=self.host.sleep)
+                  clock=self.host.clock, sleep=self.host.sleep, pending=self._pending())
         self._confirm_released(blue)
         return round(self.host.clock() - start, 2)
 

@@ -16,6 +16,18 @@ from the next request on; no reload, no moment where an old worker still
 proxies). The upstream is pointed at green while green starts, behind the
 hold, and removing the file opens the front door to green at once.
 
+A hold fences what passed before it (issue 44, case 6). nginx decides a request's fate in
+its rewrite phase, as soon as the headers are read (`if (-f hold_file)`), and with
+`proxy_request_buffering off` passes it to the model server while the body still arrives;
+vLLM's /load counts a request only when its handler runs, after the whole body was read and
+parsed (vllm/entrypoints/serve/utils/api_utils.py `load_aware_call`, vLLM 0.32.0). A drain
+that reads the model server alone can therefore end while the front door still holds a
+request it let through before the hold: that request reaches blue after blue fell asleep and
+waits until a wake. So a hold also reloads nginx: every request let through before it is
+then carried by a worker of the old generation, which exits once its last request ended
+(nginx's graceful reload), and `admitted()` counts those workers until they are gone. The
+drain waits for them as it waits for vLLM's own count.
+
 Measured on the lab (nginx 1.22, 2 cores): a switch by reload costs nginx -t
 (8-15 ms), systemctl reload (29-51 ms), then 105-160 ms before new workers
 answer: nginx's master starts them and sleeps 100 ms before it tells the old
@@ -228,7 +240,7 @@ class FrontDoor:
     def __init__(self, run_command, upstream_file, url, test_cmd=("nginx", "-t"),
                  reload_cmd=("systemctl", "reload", "nginx"), request=urllib_request,
                  clock=time.monotonic, sleep=time.sleep, settle_timeout=10.0, key_file=None,
-                 record_file=None, confirmations=1, hold_file=None):
+                 record_file=None, confirmations=1, hold_file=None, pid_file=None):
         self.run = run_command
         self.upstream_file = upstream_file
         self.url = url.rstrip("/")
@@ -244,6 +256,35 @@ class FrontDoor:
         # nginx answers 503 "switching" while this file exists (None: hold by pointing at
         # nothing, a reload, as before the file existed)
         self.hold_file = hold_file
+        # nginx's master pid file: its children are the workers (None: the front door's
+        # workers are not read, and a drain cannot see requests nginx still holds)
+        self.pid_file = pid_file
+        # the workers that ran before the last reload: each carries requests it let through
+        # before then until they end, and exits after them (None: not known)
+        self.fenced = None
+
+    def workers(self):
+        """nginx's worker pids now (the master's children, `pgrep -P`), None when unknown."""
+        if not self.pid_file:
+            return None
+        try:
+            with open(self.pid_file, encoding="utf-8") as handle:
+                master = int(handle.read().strip())
+        except (OSError, ValueError):
+            return None
+        rc, out, _err = self.run(["pgrep", "-P", str(master)])
+        if rc not in (0, 1):  # 1: no child (nginx between two generations)
+            return None
+        return {int(word) for word in out.split() if word.isdigit()}
+
+    def admitted(self):
+        """How many workers of the generation before the last reload still run: each still
+        carries a request it let through before the reload (a hold reloads, so these are the
+        requests that passed before it). None when the workers cannot be read."""
+        if self.fenced is None:
+            return None
+        now = self.workers()
+        return None if now is None else len(self.fenced & now)
 
     def holding(self):
         """Whether a hold is on (a switch holds the front door, or one died holding it)."""
@@ -254,7 +295,7 @@ class FrontDoor:
         answer (each request tests the file: there is no old worker to wait out). Without a
         hold file, point at nothing (a reload). Returns seconds spent."""
         if not self.hold_file:
-            return self.point(None)
+            return self.point(None)  # its reload fences what passed before it
         start = self.clock()
         try:
             write_atomic(self.hold_file, "a model switch holds the front door\n",
@@ -263,6 +304,11 @@ class FrontDoor:
             raise FrontDoorError(f"cannot write the front door's hold file {self.hold_file}: "
                                  f"{exc.strerror or exc}") from None
         self._settle(None, 1)
+        # Requests let through before the file existed may still be on their way to the
+        # model (their body arriving): a reload moves them to workers that exit once they
+        # ended, which admitted() counts. Without a pid file nothing would read them.
+        if self.pid_file:
+            self._reload_with(self.current(), force=True)
         return round(self.clock() - start, 3)
 
     def stage(self, port, model=None):
@@ -317,13 +363,16 @@ class FrontDoor:
                      self.confirmations if reloaded else 1)
         return round(self.clock() - start, 3)
 
-    def _reload_with(self, wanted):
+    def _reload_with(self, wanted, force=False):
         """Write the upstream, check and reload nginx; the old file back when either fails.
-        True when nginx was reloaded (False: the file already said so)."""
+        True when nginx was reloaded (False: the file already said so; `force` reloads it
+        all the same). The workers from before the reload are kept in `fenced`."""
         old = self.current()
-        if old == wanted:
+        if old == wanted and not force:
             return False
-        write_atomic(self.upstream_file, wanted)
+        before = self.workers()
+        if old != wanted:
+            write_atomic(self.upstream_file, wanted)
         rc, out, err = self.run(self.test_cmd)
         if rc != 0:
             self._restore(old)
@@ -337,6 +386,10 @@ class FrontDoor:
             raise FrontDoorError(f"reloading nginx failed ({' '.join(self.reload_cmd)} "
                                  f"rc={rc}): {(err or out).strip()}",
                                  rc=rc, stdout=out, stderr=err)
+        if before is None:
+            self.fenced = None
+        else:  # an older generation still exiting stays fenced with this one
+            self.fenced = before | (self.fenced or set())
         return True
 
     def _restore(self, old):
@@ -406,7 +459,7 @@ def server_load(text):
 
 
 def drain(base_url, timeout_s, request=urllib_request, clock=time.monotonic, sleep=time.sleep,
-          interval_s=0.2, quiet_reads=2):
+          interval_s=0.2, quiet_reads=2, pending=None):
     """Wait until the server has nothing in flight.
 
     In flight is what vLLM's /load counts (a request from its handler's entry to
@@ -421,13 +474,21 @@ def drain(base_url, timeout_s, request=urllib_request, clock=time.monotonic, sle
     handler. A server that no longer answers counts as drained (nothing can
     be in flight on it).
 
+    `pending` (FrontDoor.admitted) counts what the front door let through before its hold
+    and still carries: a request whose body is still arriving is not in vLLM's count yet
+    (issue 44, case 6). Drained needs it at 0 too: an old worker exits only after the last
+    request it carries has ended, so 0 means every request let through before the hold
+    has ended.
+
     Returns a dict: drained (bool), seconds, running, waiting, in_flight (/load's
-    count, None when the server has no /load).
+    count, None when the server has no /load), frontdoor_in_flight (pending's count,
+    only with `pending`; None when the front door's workers could not be read).
     """
     base = base_url.rstrip("/")
     start = clock()
     quiet = 0
     while True:
+        held = pending() if pending else None
         load = request("GET", base + "/load", timeout=5.0)
         in_flight = server_load(load.body) if load.status == HTTP_OK else None
         res = request("GET", base + "/metrics", timeout=5.0)
@@ -440,7 +501,9 @@ def drain(base_url, timeout_s, request=urllib_request, clock=time.monotonic, sle
         waiting = int(totals["vllm:num_requests_waiting"])
         outcome = {"drained": False, "seconds": round(clock() - start, 3), "running": running,
                    "waiting": waiting, "in_flight": in_flight}
-        quiet = quiet + 1 if running == 0 and waiting == 0 and not in_flight else 0
+        if pending:
+            outcome["frontdoor_in_flight"] = held
+        quiet = quiet + 1 if running == 0 and waiting == 0 and not in_flight and not held else 0
         if quiet >= quiet_reads:
             return dict(outcome, drained=True)
         if clock() - start >= timeout_s:

@@ -173,6 +173,15 @@ options:
             upstream at green behind it, so its outage holds no nginx reload. Omit to hold
             by pointing the upstream at nothing (a reload each way).
         type: path
+      pid_file:
+        description:
+          - nginx's master pid file. A hold reloads nginx, and the drain waits until the
+            workers from before it (the master's children then, by C(pgrep -P)) have exited;
+            only then has every request the front door let through before the hold ended,
+            those whose body was still arriving (not yet counted by vLLM's C(/load)) among
+            them. A file that cannot be read leaves the drain to the model server's counts.
+        type: path
+        default: /run/nginx.pid
   progress_file:
     description: JSON file on the host where a starting unit's progress is written (unset, none is).
     type: path
@@ -370,7 +379,9 @@ downtime_s:
 blue_drain:
   description:
     - How blue's drain went - drained (bool), seconds, running and waiting (C(/metrics)) and
-      in_flight (C(/load)'s server_load; null when blue has no C(/load)) at the last read.
+      in_flight (C(/load)'s server_load; null when blue has no C(/load)) at the last read;
+      frontdoor_in_flight, where the front door's workers are read, how many nginx workers
+      from before the hold still carried requests they let through (0 when drained).
   returned: when blue was drained
   type: dict
 blue_released_early:
@@ -578,6 +589,7 @@ def main():
                 "key_file": {"type": "path"},
                 "record_file": {"type": "path"},
                 "hold_file": {"type": "path"},
+                "pid_file": {"type": "path", "default": "/run/nginx.pid"},
             }},
             "progress_file": {"type": "path"},
             "progress_interval": {"type": "float", "default": 10.0},
@@ -606,7 +618,7 @@ def main():
     p = module.params
     # The unit's lifecycle needs systemctl and journalctl, the port check ss, the front door
     # nginx (its `nginx -t`).
-    needed = ("systemctl", "journalctl", "ss") + (("nginx",) if p["frontdoor"] else ())
+    needed = ("systemctl", "journalctl", "ss") + (("nginx", "pgrep") if p["frontdoor"] else ())
     # Check mode only reports the plan: on a host where an earlier task would install
     # nginx, it is not there yet.
     binaries = {name: module.get_bin_path(name, required=not module.check_mode) or name
@@ -624,7 +636,8 @@ def main():
         frontdoor = FrontDoor(run_command, fd["upstream_file"], fd["url"],
                               test_cmd=fd["test_cmd"], reload_cmd=fd["reload_cmd"],
                               key_file=fd["key_file"], record_file=fd["record_file"],
-                              confirmations=3, hold_file=fd["hold_file"])
+                              confirmations=3, hold_file=fd["hold_file"],
+                              pid_file=fd["pid_file"])
         green["frontdoor_url"] = fd["url"]
     settings = Settings(strategy=p["strategy"], restart=p["restart"],
                         health_interval=p["health_interval"], smoke_prompt=p["smoke_prompt"],

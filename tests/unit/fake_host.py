@@ -307,11 +307,15 @@ class FakeHost:
                 if u is not exclude and u.main_pid and u.worker_pids and not u.released}
 
     # -- run_command -----------------------------------------------------------
-    def run_command(self, argv):  # noqa: PLR0911 - one answer per program, as the host
+    def run_command(self, argv):  # noqa: PLR0911, C901 - one answer per program, as the host
         argv = list(argv)
         if argv and "/" in argv[0]:  # the module calls binaries by path (get_bin_path)
             argv[0] = argv[0].rsplit("/", 1)[1]
         self.calls.append(argv)
+        if self.nginx:
+            self.nginx.deliver()
+        if self.nginx and argv[:2] == ["pgrep", "-P"]:
+            return self.nginx.pgrep() if argv[2] == str(self.nginx.master_pid) else (1, "", "")
         if self.nginx and argv[:2] == ["systemctl", "reload"] and argv[2] in (
                 "nginx", "nginx.service"):
             return self.nginx.reload()
@@ -452,6 +456,8 @@ class FakeHost:
     # -- HTTP --------------------------------------------------------------------
     def request(self, method, url, payload=None, timeout=10.0, headers=None):
         self.http.append((method, url))
+        if self.nginx:
+            self.nginx.deliver()
         if self.nginx and url.startswith(self.nginx.url + "/"):
             sent = (headers or {}).get("Authorization")
             if self.nginx.key and sent != f"Bearer {self.nginx.key}":
@@ -589,6 +595,62 @@ class FakeNginx:
         self.test_error = None
         self.reload_error = None
         self.switches = []  # (fake time, port or None) of each reload that loaded the file
+        # Workers: `pgrep -P master_pid` lists them. A reload starts a new one; the old one
+        # exits once the requests it let through have ended (nginx's graceful reload).
+        self.master_pid, self.worker_pid = 900, 901
+        self.old_workers = []
+        # Requests the worker let through before a hold whose body is still on its way: each
+        # reaches the port loaded when it passed, `arrives` s after the hold, and runs there
+        # `seconds` (vLLM counts it from then on). Asleep there, it waits (hung).
+        self.admitted = []
+        self.held_at = None  # fake time the front door first answered a hold
+
+    def admit(self, arrives, seconds=0.5):
+        """A request let through now (before a hold), reaching the model `arrives` s after
+        the hold began (its body was still arriving), then running `seconds` there."""
+        entry = {"worker": self.worker_pid, "port": self.loaded, "arrives": arrives,
+                 "seconds": seconds, "reached": None, "done": None, "hung": False,
+                 "refused": False}
+        self.admitted.append(entry)
+        return entry
+
+    def _held(self):
+        if self.held_at is None:
+            self.held_at = self.host.now
+
+    def deliver(self):
+        """Each admitted request whose time has come reaches its model as it is now."""
+        if self.held_at is None:
+            return
+        for entry in self.admitted:
+            when = self.held_at + entry["arrives"]
+            if entry["reached"] is not None or when > self.host.now:
+                continue
+            entry["reached"] = when
+            unit = next((u for u in self.host.units.values() if u.port == entry["port"]), None)
+            if unit is None or not unit.main_pid:
+                entry["refused"] = True  # connection refused: the front door's 503
+                entry["done"] = when
+                self.host.timeline.append("admitted request refused")
+            elif unit.asleep:
+                entry["hung"] = True  # the engine queues it until a wake
+                unit.parked += 1
+                self.host.timeline.append(f"admitted request reached {unit.name} asleep")
+            else:
+                entry["done"] = when + entry["seconds"]
+                unit.inflight.append(entry["done"])
+                self.host.timeline.append(f"admitted request reached {unit.name} awake")
+
+    def carrying(self, worker):
+        return any(e["worker"] == worker and (e["done"] is None or e["done"] > self.host.now)
+                   for e in self.admitted)
+
+    def pgrep(self):
+        """`pgrep -P master`: the worker, and each old one still carrying a request."""
+        self.deliver()
+        self.old_workers = [w for w in self.old_workers if self.carrying(w)]
+        pids = [*self.old_workers, self.worker_pid]
+        return 0, "".join(f"{pid}\n" for pid in pids), ""
 
     def parse(self):
         """(port or None, error or None) of the upstream file as nginx reads it."""
@@ -623,9 +685,13 @@ class FakeNginx:
         port, error = self.parse()
         if error is None:
             self.load(port)
+            self.old_workers.append(self.worker_pid)
+            self.worker_pid += 1
         return 0, "", ""
 
     def load(self, port):
+        if port is None:
+            self._held()
         self.loaded = port
         self.switches.append((self.host.now, port))
         self.host.timeline.append(f"reload nginx: {port or 'none'}")
@@ -634,6 +700,7 @@ class FakeNginx:
         if not self.active:
             return HttpResult(error=CONN_REFUSED)
         if self.hold_file and self.hold_file.exists():
+            self._held()
             return HttpResult(503, FRONTDOOR_503)
         unit = next((u for u in self.host.units.values()
                      if self.loaded is not None and u.port == self.loaded), None)

@@ -59,7 +59,7 @@ class World:
     """Blue active (recorded, behind the front door, able to sleep), green installed."""
 
     def __init__(self, tmp_path, port, *, green=HEALTHY, green_asleep=0, blue_sleep=True,
-                 red_asleep=False, gpus=()):
+                 red_asleep=False, gpus=(), hold_file=False):
         self.host = FakeHost()
         self.host.cgroup_root = str(tmp_path / "cgroup")
         self.blue = dict(spec("blue", BLUE_PORT, blue_sleep, gpus), since=SINCE)
@@ -81,8 +81,11 @@ class World:
         self.file = tmp_path / "nginx" / "upstream.conf"
         self.file.parent.mkdir()
         self.file.write_text(upstream_conf(BLUE_PORT, model="blue"))
-        self.nginx = self.host.frontdoor(FD_URL, self.file)
+        self.hold_file = str(tmp_path / "nginx" / "switching") if hold_file else None
+        self.nginx = self.host.frontdoor(FD_URL, self.file, hold_file=self.hold_file)
         self.nginx.loaded = BLUE_PORT
+        self.pid_file = tmp_path / "nginx" / "nginx.pid"
+        self.pid_file.write_text(f"{self.nginx.master_pid}\n")
         self.state_file = tmp_path / "vllm_fleet.fact"
         record = {"active": self.blue, "previous": None, "history": []}
         if sleeping:
@@ -91,7 +94,8 @@ class World:
 
     def run(self, **kwargs):
         door = FrontDoor(self.host.run_command, str(self.file), FD_URL, request=self.host.request,
-                         clock=self.host.clock, sleep=self.host.sleep)
+                         clock=self.host.clock, sleep=self.host.sleep, hold_file=self.hold_file,
+                         pid_file=str(self.pid_file))
         host = Host(self.host.run_command, request=self.host.request, clock=self.host.clock,
                     wall=self.host.wall, sleep=self.host.sleep, cgroup_root=self.host.cgroup_root)
         procs = kwargs.pop("gpu_processes", None)
@@ -385,3 +389,57 @@ def test_blue_that_keeps_getting_requests_asleep_is_woken_back_and_the_switch_fa
     assert exc.msg.endswith("Rolled back: blue woke and is serving again.")
     assert (world.b.asleep, world.b.main_pid) == (0, 4242)
     assert world.nginx.loaded == BLUE_PORT
+
+
+@pytest.mark.parametrize("hold_file", [False, True], ids=["hold-by-reload", "hold-file"])
+def test_a_request_the_front_door_let_through_before_its_hold_is_answered_by_blue_awake(
+        tmp_path, port, hold_file):
+    """Issue 44, case 6 (CI's cutover scenario: one warm-return request timed out after
+    120.6 s; a new user's trial: 2 requests hung 150 s). nginx lets a request through in its
+    rewrite phase, once its headers are read, and with proxy_request_buffering off passes it
+    on while its body still arrives; vLLM's /load counts it only when its handler runs, after
+    the body was read and parsed (vllm 0.32.0 vllm/entrypoints/serve/utils/api_utils.py
+    load_aware_call). Here one reaches blue 1 s after the hold: past the model server's
+    drain (two quiet reads 0.2 s apart), past blue's sleep and the one /load read after it.
+    Before the fix blue was asleep by then and the request waited for a wake. The drain
+    now waits until nginx's workers from before the hold have exited: the request reaches
+    blue awake and is answered before blue sleeps; no straggler wake is needed."""
+    world = World(tmp_path, port, hold_file=hold_file)
+    late = world.nginx.admit(arrives=1.0, seconds=0.5)
+    result = world.run()
+    world.host.sleep(2.0)  # past its arrival, however early the switch ended
+    world.nginx.deliver()
+    assert result["switch"] == "warm"
+    assert (late["hung"], late["refused"]) == (False, False)
+    assert late["done"] == pytest.approx(world.nginx.held_at + 1.5)
+    events = world.host.events()
+    reached = events.index("admitted request reached vllm-blue.service awake")
+    slept = next(i for i, e in enumerate(events) if e.startswith("sleep vllm-blue"))
+    assert reached < slept
+    drained = result["blue_drain"]
+    assert drained["drained"] is True
+    assert drained["frontdoor_in_flight"] == 0
+    assert drained["seconds"] >= 1.5  # it waited for the request, not for a fixed time
+    assert "blue_stragglers" not in result
+    assert (world.b.asleep, world.b.parked) == (1, 0)
+    assert world.saved()["active"]["model"] == "green"
+
+
+def test_blue_still_carrying_a_request_at_the_drains_deadline_is_stopped_not_put_to_sleep(
+        tmp_path, port):
+    """A request whose body is still arriving when the drain's deadline passes (nginx waits
+    client_body_timeout, 30 s, between two reads of it) would reach blue asleep: blue stops
+    instead, as a cold switch stops it, and the switch says why."""
+    world = World(tmp_path, port)
+    late = world.nginx.admit(arrives=5.0, seconds=0.5)
+    result = world.run(drain_timeout=2.0)
+    world.host.sleep(6.0)
+    world.nginx.deliver()
+    assert result["switch"] == "cold"
+    assert "the front door still carried 1 request(s) for blue blue" in result["warm_refused"]
+    assert result["blue_drain"]["drained"] is False
+    assert result["blue_drain"]["frontdoor_in_flight"] == 1
+    assert (late["hung"], late["refused"]) == (False, True)  # answered at once: 503
+    assert world.b.main_pid == 0  # stopped, not asleep
+    assert "sleeping" not in world.saved() or not world.saved()["sleeping"]
+    assert world.saved()["active"]["model"] == "green"
