@@ -653,7 +653,7 @@ class Cutover:
         try:
             if blue and self.strategy == "sequential":
                 if self.frontdoor is not None:
-                    self._timed("frontdoor", self.frontdoor.hold)
+                    self._timed("frontdoor", self.frontdoor.hold, self.warm)
                     down_since = self.host.clock()
                 self._timed("drain_blue", self._drain, blue, result, "blue_drain")
                 self._put_blue_aside(blue, same, result)
@@ -717,6 +717,8 @@ class Cutover:
         if self.warm and held:
             self.warm = False
             result.update(switch="cold", sleep_level=None)
+            if self.frontdoor is not None:
+                self.frontdoor.mark_warm(False)  # the hold now lasts a cold switch
             result["warm_refused"] = (
                 f"the front door still carried {held} request(s) for blue {blue['model']} "
                 f"after the drain's {self.settings.drain_timeout:g} s: asleep, blue would have "

@@ -240,7 +240,8 @@ class FrontDoor:
     def __init__(self, run_command, upstream_file, url, test_cmd=("nginx", "-t"),
                  reload_cmd=("systemctl", "reload", "nginx"), request=urllib_request,
                  clock=time.monotonic, sleep=time.sleep, settle_timeout=10.0, key_file=None,
-                 record_file=None, confirmations=1, hold_file=None, pid_file=None):
+                 record_file=None, confirmations=1, hold_file=None, pid_file=None,
+                 warm_file=None):
         self.run = run_command
         self.upstream_file = upstream_file
         self.url = url.rstrip("/")
@@ -259,6 +260,9 @@ class FrontDoor:
         # nginx's master pid file: its children are the workers (None: the front door's
         # workers are not read, and a drain cannot see requests nginx still holds)
         self.pid_file = pid_file
+        # while this file exists beside the hold file, the hold's 503 says a warm switch's
+        # Retry-After (None: every hold says the cold one's)
+        self.warm_file = warm_file
         # the workers that ran before the last reload: each carries requests it let through
         # before then until they end, and exits after them (None: not known)
         self.fenced = None
@@ -290,13 +294,30 @@ class FrontDoor:
         """Whether a hold is on (a switch holds the front door, or one died holding it)."""
         return bool(self.hold_file) and os.path.exists(self.hold_file)
 
-    def hold(self):
+    def mark_warm(self, warm):
+        """Say (or stop saying) that the switch is warm: the hold's Retry-After follows."""
+        if not (self.hold_file and self.warm_file):
+            return
+        if warm:
+            try:
+                write_atomic(self.warm_file, "a warm switch holds the front door\n",
+                             prefix=".hold-warm.")
+            except OSError as exc:
+                raise FrontDoorError(f"cannot write the front door's warm hold file "
+                                     f"{self.warm_file}: {exc.strerror or exc}") from None
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.warm_file)
+
+    def hold(self, warm=False):
         """Answer 503 "switching" from the next request on: the hold file, confirmed by one
         answer (each request tests the file: there is no old worker to wait out). Without a
-        hold file, point at nothing (a reload). Returns seconds spent."""
+        hold file, point at nothing (a reload). `warm`: the 503 says a warm switch's
+        Retry-After (the warm file is written first). Returns seconds spent."""
         if not self.hold_file:
             return self.point(None)  # its reload fences what passed before it
         start = self.clock()
+        self.mark_warm(warm)
         try:
             write_atomic(self.hold_file, "a model switch holds the front door\n",
                          prefix=".hold.")
@@ -323,6 +344,7 @@ class FrontDoor:
         if self.hold_file:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.hold_file)
+            self.mark_warm(False)  # after the hold: no 503 says a cold switch's wait
 
     def current(self):
         return read_upstream(self.upstream_file)

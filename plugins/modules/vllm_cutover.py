@@ -182,6 +182,12 @@ options:
             them. A file that cannot be read leaves the drain to the model server's counts.
         type: path
         default: /run/nginx.pid
+      warm_file:
+        description:
+          - Written before a warm switch's hold and removed with it; while it exists the hold's
+            503 tells clients to retry in a warm switch's seconds (the role's
+            C(vllm_frontdoor_warm_retry_after_s)), not a cold one's. Omit for none.
+        type: path
   progress_file:
     description: JSON file on the host where a starting unit's progress is written (unset, none is).
     type: path
@@ -590,6 +596,7 @@ def main():
                 "record_file": {"type": "path"},
                 "hold_file": {"type": "path"},
                 "pid_file": {"type": "path", "default": "/run/nginx.pid"},
+                "warm_file": {"type": "path"},
             }},
             "progress_file": {"type": "path"},
             "progress_interval": {"type": "float", "default": 10.0},
@@ -637,7 +644,7 @@ def main():
                               test_cmd=fd["test_cmd"], reload_cmd=fd["reload_cmd"],
                               key_file=fd["key_file"], record_file=fd["record_file"],
                               confirmations=3, hold_file=fd["hold_file"],
-                              pid_file=fd["pid_file"])
+                              pid_file=fd["pid_file"], warm_file=fd["warm_file"])
         green["frontdoor_url"] = fd["url"]
     settings = Settings(strategy=p["strategy"], restart=p["restart"],
                         health_interval=p["health_interval"], smoke_prompt=p["smoke_prompt"],

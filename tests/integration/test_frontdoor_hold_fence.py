@@ -31,12 +31,13 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+import yaml
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import (
     FrontDoor,
     drain,
     upstream_conf,
 )
-from nginx_frontdoor import HAVE_NGINX, NGINX, front_door
+from nginx_frontdoor import HAVE_NGINX, NGINX, ROLE, front_door
 
 pytestmark = pytest.mark.skipif(
     not HAVE_NGINX,
@@ -80,6 +81,8 @@ class BlueHandler(BaseHTTPRequestHandler):
         elif self.path == "/metrics":
             self._answer(200, "vllm:num_requests_running 0.0\nvllm:num_requests_waiting 0.0\n",
                          "text/plain")
+        elif self.path == "/v1/models":
+            self._answer(200, json.dumps({"object": "list", "data": [{"id": "blue-model"}]}))
         else:
             self._answer(404, "{}")
 
@@ -189,3 +192,51 @@ def test_without_the_pid_file_the_front_door_cannot_count_and_says_so(tmp_path, 
         door.hold()
         assert door.workers() is None
         assert door.admitted() is None
+
+
+def _held_answer(url):
+    sock, rest = _half_sent(url, "held")
+    sock.sendall(rest)
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    sock.close()
+    head, _sep, body = data.partition(b"\r\n\r\n")
+    headers = dict(line.split(": ", 1) for line in head.decode().split("\r\n")[1:])
+    return int(head.split()[1]), headers.get("Retry-After"), json.loads(body)
+
+
+def test_a_warm_switchs_hold_tells_clients_to_retry_in_its_seconds_a_cold_ones_in_its(
+        tmp_path, blue):
+    """Issue 44, "Must build" 6: past the hold, a warm switch's 503 says its own Retry-After
+    (vllm_frontdoor_warm_retry_after_s, a wake), not the 30 s of a cold one (a model's start);
+    the lab's warm return told clients 30 s for a wake of 0.01 s."""
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    warm_s, cold_s = (defaults["vllm_frontdoor_warm_retry_after_s"],
+                      defaults["vllm_frontdoor_retry_after_s"])
+    assert warm_s < cold_s
+    with front_door(tmp_path, upstream_conf(blue.server_address[1], model="blue"),
+                    vllm_frontdoor_hold_warm_file=str(tmp_path / "nginx" / "switching-warm"),
+                    **OPEN) as (url, prefix):
+        nginx = [NGINX, "-p", str(prefix), "-c", str(prefix / "nginx.conf")]
+        door = FrontDoor(_run, str(prefix / "upstream.conf"), url,
+                         test_cmd=[*nginx, "-t"], reload_cmd=[*nginx, "-s", "reload"],
+                         hold_file=str(prefix / "switching"),
+                         pid_file=str(prefix / "nginx.pid"),
+                         warm_file=str(prefix / "switching-warm"))
+        door.hold(warm=True)
+        warm = _held_answer(url)
+        door.mark_warm(False)  # a warm switch that fell back to cold
+        fell_cold = _held_answer(url)
+        door.point(blue.server_address[1], "blue", "blue-model")
+        served = _held_answer(url)
+        assert not (prefix / "switching-warm").exists()
+        door.hold()
+        cold = _held_answer(url)
+    assert warm[:2] == (503, str(warm_s))
+    assert warm[2]["error"]["message"] == (
+        f"A model switch is in progress on this server. Retry after {warm_s} seconds.")
+    assert fell_cold[:2] == (503, str(cold_s))
+    assert served[0] == 200
+    assert cold[:2] == (503, str(cold_s))
+    assert cold[2]["error"]["code"] == "model_switching"
