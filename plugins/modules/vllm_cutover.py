@@ -420,6 +420,14 @@ warm_refused:
       O(warm_standby_max=0), or no blue.
   returned: when O(switch_mode=warm) and the switch stayed cold
   type: str
+blue_aborted:
+  description:
+    - Warm switch whose drain's deadline passed with requests still running on blue - how
+      many the drain counted last; blue was put to sleep with C(mode=abort), which ends them
+      as a cold stop would (C(mode=wait) would hold the sleep, and blue's scheduler, until
+      they end).
+  returned: when blue's drain did not end in time
+  type: int
 blue_stragglers:
   description:
     - Requests that reached blue after its drain and found it asleep (they passed the front door
@@ -467,7 +475,9 @@ time_to_healthy_s:
 green_health:
   description:
     - The gate's outcome for green (ok, seconds since the start, stage, detail, attempts); stage
-      V(stall) when its journal was silent for O(startup_stall) seconds.
+      V(stall) when its journal was silent for O(startup_stall) seconds. After a wake, stage
+      V(fingerprint) when the woken model did not give the greedy tokens (and logprobs) it
+      gave before it slept, or none could be taken; V(fingerprint=matched) when it did.
   returned: when green was started
   type: dict
 waited_for_switch:
