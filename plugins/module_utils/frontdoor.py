@@ -16,6 +16,18 @@ from the next request on; no reload, no moment where an old worker still
 proxies). The upstream is pointed at green while green starts, behind the
 hold, and removing the file opens the front door to green at once.
 
+A hold fences what passed before it (issue 44, case 6). nginx decides a request's fate in
+its rewrite phase, as soon as the headers are read (`if (-f hold_file)`), and with
+`proxy_request_buffering off` passes it to the model server while the body still arrives;
+vLLM's /load counts a request only when its handler runs, after the whole body was read and
+parsed (vllm/entrypoints/serve/utils/api_utils.py `load_aware_call`, vLLM 0.32.0). A drain
+that reads the model server alone can therefore end while the front door still holds a
+request it let through before the hold: that request reaches blue after blue fell asleep and
+waits until a wake. So a hold also reloads nginx: every request let through before it is
+then carried by a worker of the old generation, which exits once its last request ended
+(nginx's graceful reload), and `admitted()` counts those workers until they are gone. The
+drain waits for them as it waits for vLLM's own count.
+
 Measured on the lab (nginx 1.22, 2 cores): a switch by reload costs nginx -t
 (8-15 ms), systemctl reload (29-51 ms), then 105-160 ms before new workers
 answer: nginx's master starts them and sleeps 100 ms before it tells the old
@@ -214,7 +226,8 @@ class FrontDoor:
     def __init__(self, run_command, upstream_file, url, test_cmd=("nginx", "-t"),
                  reload_cmd=("systemctl", "reload", "nginx"), request=urllib_request,
                  clock=time.monotonic, sleep=time.sleep, settle_timeout=10.0, key_file=None,
-                 record_file=None, confirmations=1, hold_file=None):
+                 record_file=None, confirmations=1, hold_file=None, pid_file=None,
+                 warm_file=None):
         self.run = run_command
         self.upstream_file = upstream_file
         self.url = url.rstrip("/")
@@ -230,18 +243,67 @@ class FrontDoor:
         # nginx answers 503 "switching" while this file exists (None: hold by pointing at
         # nothing, a reload, as before the file existed)
         self.hold_file = hold_file
+        # nginx's master pid file: its children are the workers (None: the front door's
+        # workers are not read, and a drain cannot see requests nginx still holds)
+        self.pid_file = pid_file
+        # while this file exists beside the hold file, the hold's 503 says a warm switch's
+        # Retry-After (None: every hold says the cold one's)
+        self.warm_file = warm_file
+        # the workers that ran before the last reload: each carries requests it let through
+        # before then until they end, and exits after them (None: not known)
+        self.fenced = None
+
+    def workers(self):
+        """nginx's worker pids now (the master's children, `pgrep -P`), None when unknown."""
+        if not self.pid_file:
+            return None
+        try:
+            with open(self.pid_file, encoding="utf-8") as handle:
+                master = int(handle.read().strip())
+        except (OSError, ValueError):
+            return None
+        rc, out, _err = self.run(["pgrep", "-P", str(master)])
+        if rc not in (0, 1):  # 1: no child (nginx between two generations)
+            return None
+        return {int(word) for word in out.split() if word.isdigit()}
+
+    def admitted(self):
+        """How many workers of the generation before the last reload still run: each still
+        carries a request it let through before the reload (a hold reloads, so these are the
+        requests that passed before it). None when the workers cannot be read."""
+        if self.fenced is None:
+            return None
+        now = self.workers()
+        return None if now is None else len(self.fenced & now)
 
     def holding(self):
         """Whether a hold is on (a switch holds the front door, or one died holding it)."""
         return bool(self.hold_file) and os.path.exists(self.hold_file)
 
-    def hold(self):
+    def mark_warm(self, warm):
+        """Say (or stop saying) that the switch is warm: the hold's Retry-After follows."""
+        if not (self.hold_file and self.warm_file):
+            return
+        if warm:
+            try:
+                write_atomic(self.warm_file, "a warm switch holds the front door\n",
+                             prefix=".hold-warm.")
+            except OSError as exc:
+                raise FrontDoorError(f"cannot write the front door's warm hold file "
+                                     f"{self.warm_file}: {exc.strerror or exc}") from None
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.warm_file)
+
+    def hold(self, warm=False):
         """Answer 503 "switching" from the next request on: the hold file, confirmed by one
         answer (each request tests the file: there is no old worker to wait out). Without a
-        hold file, point at nothing (a reload). Returns seconds spent."""
+        hold file, point at nothing (a reload). `warm`: the 503 says a warm switch's
+        Retry-After (the warm file is written first). Returns seconds spent."""
         if not self.hold_file:
-            return self.point(None)
+            return self.point(None)  # its reload fences what passed before it
         start = self.clock()
+        self.mark_warm(warm)
         try:
             write_atomic(self.hold_file, "a model switch holds the front door\n",
                          prefix=".hold.")
@@ -249,6 +311,11 @@ class FrontDoor:
             raise FrontDoorError(f"cannot write the front door's hold file {self.hold_file}: "
                                  f"{exc.strerror or exc}") from None
         self._settle(None, 1)
+        # Requests let through before the file existed may still be on their way to the
+        # model (their body arriving): a reload moves them to workers that exit once they
+        # ended, which admitted() counts. Without a pid file nothing would read them.
+        if self.pid_file:
+            self._reload_with(self.current(), force=True)
         return round(self.clock() - start, 3)
 
     def stage(self, port, model=None):
@@ -263,6 +330,7 @@ class FrontDoor:
         if self.hold_file:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.hold_file)
+            self.mark_warm(False)  # after the hold: no 503 says a cold switch's wait
 
     def current(self):
         return read_upstream(self.upstream_file)
@@ -303,13 +371,16 @@ class FrontDoor:
                      self.confirmations if reloaded else 1)
         return round(self.clock() - start, 3)
 
-    def _reload_with(self, wanted):
+    def _reload_with(self, wanted, force=False):
         """Write the upstream, check and reload nginx; the old file back when either fails.
-        True when nginx was reloaded (False: the file already said so)."""
+        True when nginx was reloaded (False: the file already said so; `force` reloads it
+        all the same). The workers from before the reload are kept in `fenced`."""
         old = self.current()
-        if old == wanted:
+        if old == wanted and not force:
             return False
-        write_atomic(self.upstream_file, wanted, prefix=".upstream.")
+        before = self.workers()
+        if old != wanted:
+            write_atomic(self.upstream_file, wanted, prefix=".upstream.")
         rc, out, err = self.run(self.test_cmd)
         if rc != 0:
             self._restore(old)
@@ -323,6 +394,10 @@ class FrontDoor:
             raise FrontDoorError(f"reloading nginx failed ({' '.join(self.reload_cmd)} "
                                  f"rc={rc}): {(err or out).strip()}",
                                  rc=rc, stdout=out, stderr=err)
+        if before is None:
+            self.fenced = None
+        else:  # an older generation still exiting stays fenced with this one
+            self.fenced = before | (self.fenced or set())
         return True
 
     def _restore(self, old):
@@ -392,7 +467,7 @@ def server_load(text):
 
 
 def drain(base_url, timeout_s, request=urllib_request, clock=time.monotonic, sleep=time.sleep,
-          interval_s=0.2, quiet_reads=2):
+          interval_s=0.2, quiet_reads=2, pending=None):
     """Wait until the server has nothing in flight.
 
     In flight is what vLLM's /load counts (a request from its handler's entry to
@@ -407,13 +482,21 @@ def drain(base_url, timeout_s, request=urllib_request, clock=time.monotonic, sle
     handler. A server that no longer answers counts as drained (nothing can
     be in flight on it).
 
+    `pending` (FrontDoor.admitted) counts what the front door let through before its hold
+    and still carries: a request whose body is still arriving is not in vLLM's count yet
+    (issue 44, case 6). Drained needs it at 0 too: an old worker exits only after the last
+    request it carries has ended, so 0 means every request let through before the hold
+    has ended.
+
     Returns a dict: drained (bool), seconds, running, waiting, in_flight (/load's
-    count, None when the server has no /load).
+    count, None when the server has no /load), frontdoor_in_flight (pending's count,
+    only with `pending`; None when the front door's workers could not be read).
     """
     base = base_url.rstrip("/")
     start = clock()
     quiet = 0
     while True:
+        held = pending() if pending else None
         load = request("GET", base + "/load", timeout=5.0)
         in_flight = server_load(load.body) if load.status == HTTP_OK else None
         res = request("GET", base + "/metrics", timeout=5.0)
@@ -426,7 +509,9 @@ def drain(base_url, timeout_s, request=urllib_request, clock=time.monotonic, sle
         waiting = int(totals["vllm:num_requests_waiting"])
         outcome = {"drained": False, "seconds": round(clock() - start, 3), "running": running,
                    "waiting": waiting, "in_flight": in_flight}
-        quiet = quiet + 1 if running == 0 and waiting == 0 and not in_flight else 0
+        if pending:
+            outcome["frontdoor_in_flight"] = held
+        quiet = quiet + 1 if running == 0 and waiting == 0 and not in_flight and not held else 0
         if quiet >= quiet_reads:
             return dict(outcome, drained=True)
         if clock() - start >= timeout_s:

@@ -68,7 +68,9 @@ def same_deployment(active, green):
 def sleeping(record):
     """The record's sleepers (models asleep on the host, their units running), oldest first:
     each the fields of an active entry plus `level` (1 or 2), `since` (when it fell asleep)
-    and `main_pid`. A record without `sleeping` has none."""
+    `main_pid` and `fingerprint` (what it computed before it slept: module_utils/fingerprint.py;
+    absent in a record written before issue 44, such a sleeper is restarted, not woken). A
+    record without `sleeping` has none."""
     return list((record or {}).get("sleeping") or [])
 
 

@@ -173,6 +173,21 @@ options:
             upstream at green behind it, so its outage holds no nginx reload. Omit to hold
             by pointing the upstream at nothing (a reload each way).
         type: path
+      pid_file:
+        description:
+          - nginx's master pid file. A hold reloads nginx, and the drain waits until the
+            workers from before it (the master's children then, by C(pgrep -P)) have exited;
+            only then has every request the front door let through before the hold ended,
+            those whose body was still arriving (not yet counted by vLLM's C(/load)) among
+            them. A file that cannot be read leaves the drain to the model server's counts.
+        type: path
+        default: /run/nginx.pid
+      warm_file:
+        description:
+          - Written before a warm switch's hold and removed with it; while it exists the hold's
+            503 tells clients to retry in a warm switch's seconds (the role's
+            C(vllm_frontdoor_warm_retry_after_s)), not a cold one's. Omit for none.
+        type: path
   progress_file:
     description: JSON file on the host where a starting unit's progress is written (unset, none is).
     type: path
@@ -370,7 +385,9 @@ downtime_s:
 blue_drain:
   description:
     - How blue's drain went - drained (bool), seconds, running and waiting (C(/metrics)) and
-      in_flight (C(/load)'s server_load; null when blue has no C(/load)) at the last read.
+      in_flight (C(/load)'s server_load; null when blue has no C(/load)) at the last read;
+      frontdoor_in_flight, where the front door's workers are read, how many nginx workers
+      from before the hold still carried requests they let through (0 when drained).
   returned: when blue was drained
   type: dict
 blue_released_early:
@@ -403,6 +420,14 @@ warm_refused:
       O(warm_standby_max=0), or no blue.
   returned: when O(switch_mode=warm) and the switch stayed cold
   type: str
+blue_aborted:
+  description:
+    - Warm switch whose drain's deadline passed with requests still running on blue - how
+      many the drain counted last; blue was put to sleep with C(mode=abort), which ends them
+      as a cold stop would (C(mode=wait) would hold the sleep, and blue's scheduler, until
+      they end).
+  returned: when blue's drain did not end in time
+  type: int
 blue_stragglers:
   description:
     - Requests that reached blue after its drain and found it asleep (they passed the front door
@@ -450,7 +475,9 @@ time_to_healthy_s:
 green_health:
   description:
     - The gate's outcome for green (ok, seconds since the start, stage, detail, attempts); stage
-      V(stall) when its journal was silent for O(startup_stall) seconds.
+      V(stall) when its journal was silent for O(startup_stall) seconds. After a wake, stage
+      V(fingerprint) when the woken model did not give the greedy tokens (and logprobs) it
+      gave before it slept, or none could be taken; V(fingerprint=matched) when it did.
   returned: when green was started
   type: dict
 waited_for_switch:
@@ -576,6 +603,8 @@ def main():
                 "key_file": {"type": "path"},
                 "record_file": {"type": "path"},
                 "hold_file": {"type": "path"},
+                "pid_file": {"type": "path", "default": "/run/nginx.pid"},
+                "warm_file": {"type": "path"},
             }},
             "progress_file": {"type": "path"},
             "progress_interval": {"type": "float", "default": 10.0},
@@ -604,7 +633,7 @@ def main():
     p = module.params
     # The unit's lifecycle needs systemctl and journalctl, the port check ss, the front door
     # nginx (its `nginx -t`).
-    needed = ("systemctl", "journalctl", "ss") + (("nginx",) if p["frontdoor"] else ())
+    needed = ("systemctl", "journalctl", "ss") + (("nginx", "pgrep") if p["frontdoor"] else ())
     # Check mode only reports the plan: on a host where an earlier task would install
     # nginx, it is not there yet.
     binaries = {name: module.get_bin_path(name, required=not module.check_mode) or name
@@ -622,7 +651,8 @@ def main():
         frontdoor = FrontDoor(run_command, fd["upstream_file"], fd["url"],
                               test_cmd=fd["test_cmd"], reload_cmd=fd["reload_cmd"],
                               key_file=fd["key_file"], record_file=fd["record_file"],
-                              confirmations=3, hold_file=fd["hold_file"])
+                              confirmations=3, hold_file=fd["hold_file"],
+                              pid_file=fd["pid_file"], warm_file=fd["warm_file"])
         green["frontdoor_url"] = fd["url"]
     settings = Settings(strategy=p["strategy"], restart=p["restart"],
                         health_interval=p["health_interval"], smoke_prompt=p["smoke_prompt"],

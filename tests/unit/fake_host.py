@@ -101,6 +101,7 @@ class FakeUnit:
         self.asleep_tags = set()
         self.weights_stale = False
         self.sleep_modes = []
+        self.aborted = 0  # requests in flight a /sleep?mode=abort ended
         self.weights_bytes, self.residual_bytes = weights_bytes, residual_bytes
         self.keeps_memory = keeps_memory  # a sleeper whose memory is not freed (a fault)
         # the engine's progress: steps per second while requests run, and its counters
@@ -129,6 +130,15 @@ class FakeUnit:
         # before its hold): asleep, its engine queues them (/load counts them) until a wake
         self.stragglers_per_sleep = []
         self.parked = 0
+        # A /sleep?mode=wait that meets a request running past the client's timeout: the
+        # client gives up, vLLM keeps its scheduler paused (new requests wait) and falls
+        # asleep when the request ends: (when, level), applied as the clock passes it.
+        self.pending_sleep = None
+        self.sleep_hangs = False  # /sleep never answers (its scheduler paused, asleep never)
+        # A wake that leaves it computing garbage while answering 200 (vllm PR #54235:
+        # '!!!!!!!!!!!!'): from its next wake on, every token is '!' (id 0)
+        self.garbage_after_wake = False
+        self.garbage = False
         self.engines = engines
         self.max_running = max_running
         self.worker_pids = list(worker_pids)  # vLLM's worker processes, in the unit's cgroup
@@ -276,6 +286,12 @@ class FakeHost:
         for unit in self.units.values():
             unit.step(self.now, seconds)
         self.now += seconds
+        for unit in self.units.values():
+            if unit.pending_sleep and unit.main_pid and self.now >= unit.pending_sleep[0]:
+                unit.asleep, unit.pending_sleep = unit.pending_sleep[1], None
+                unit.asleep_tags = {"weights", "kv_cache"}
+                unit.inflight = []
+                self.timeline.append(f"fell asleep {unit.name} (its sleep asked earlier)")
         self._stopping()
 
     def _stopping(self):
@@ -299,6 +315,7 @@ class FakeHost:
         unit.released = False
         unit.inflight = []  # requests still in flight are cut off
         unit.asleep, unit.asleep_tags, unit.weights_stale = 0, set(), False
+        unit.pending_sleep = None
         self._sync_cgroup(unit)
 
     def gpu_holders(self, exclude=None):
@@ -307,11 +324,15 @@ class FakeHost:
                 if u is not exclude and u.main_pid and u.worker_pids and not u.released}
 
     # -- run_command -----------------------------------------------------------
-    def run_command(self, argv):  # noqa: PLR0911 - one answer per program, as the host
+    def run_command(self, argv):  # noqa: PLR0911, C901 - one answer per program, as the host
         argv = list(argv)
         if argv and "/" in argv[0]:  # the module calls binaries by path (get_bin_path)
             argv[0] = argv[0].rsplit("/", 1)[1]
         self.calls.append(argv)
+        if self.nginx:
+            self.nginx.deliver()
+        if self.nginx and argv[:2] == ["pgrep", "-P"]:
+            return self.nginx.pgrep() if argv[2] == str(self.nginx.master_pid) else (1, "", "")
         if self.nginx and argv[:2] == ["systemctl", "reload"] and argv[2] in (
                 "nginx", "nginx.service"):
             return self.nginx.reload()
@@ -452,6 +473,8 @@ class FakeHost:
     # -- HTTP --------------------------------------------------------------------
     def request(self, method, url, payload=None, timeout=10.0, headers=None):
         self.http.append((method, url))
+        if self.nginx:
+            self.nginx.deliver()
         if self.nginx and url.startswith(self.nginx.url + "/"):
             sent = (headers or {}).get("Authorization")
             if self.nginx.key and sent != f"Bearer {self.nginx.key}":
@@ -461,6 +484,20 @@ class FakeHost:
                     None)
         return self.answer(unit, method, url[len(unit.url):] if unit else "", payload, timeout)
 
+    def _greedy(self, unit, payload):
+        """A greedy completion with token ids and logprobs: the same for the same model
+        (its served name), '!' (id 0) from a model computing garbage."""
+        count = payload["max_tokens"]
+        seed = sum(map(ord, unit.served or ""))
+        garbage = unit.garbage or unit.weights_stale
+        ids = [0] * count if garbage else [(seed * 31 + 7 * i) % 32000 + 1 for i in range(count)]
+        logprobs = [-0.01] * count if garbage else [-0.25 - 0.01 * i for i in range(count)]
+        self.timeline.append(f"fingerprint {unit.name}: {'garbage' if garbage else 'greedy'}")
+        return HttpResult(200, json.dumps({"choices": [{
+            "text": "!" * count if garbage else " one two three", "token_ids": ids,
+            "logprobs": {"token_logprobs": logprobs}}],
+            "usage": {"completion_tokens": count}}))
+
     def gpu_bytes(self, unit):
         """What `unit`'s processes hold on each of its GPUs now."""
         if not unit.main_pid:
@@ -469,7 +506,7 @@ class FakeHost:
             return unit.residual_bytes
         return unit.weights_bytes
 
-    def _sleep_route(self, unit, method, path, payload):  # noqa: PLR0911, PLR0912, C901 - one per route
+    def _sleep_route(self, unit, method, path, payload, timeout=10.0):  # noqa: PLR0911, PLR0912, C901 - one per route
         """vLLM 0.32's dev-mode sleep routes (None: not one of them)."""
         base, _sep, query = path.partition("?")
         params = parse_qs(query)
@@ -487,8 +524,18 @@ class FakeHost:
             mode = params.get("mode", ["abort"])[0]
             if not 0 <= level <= 2 or mode not in ("abort", "wait", "keep"):
                 return HttpResult(422, json.dumps({"detail": "invalid level or mode"}))
+            if unit.sleep_hangs:
+                unit.pending_sleep = (float("inf"), level)
+                self._tick(timeout)
+                return HttpResult(error="timed out")
+            if mode == "wait" and max([self.now, *unit.inflight]) - self.now > timeout:
+                unit.sleep_modes.append(mode)  # the client gives up; vLLM does not
+                unit.pending_sleep = (max(unit.inflight), level)
+                self._tick(timeout)
+                return HttpResult(error="timed out")
             if mode == "wait":  # requests in flight finish first
                 self.now = max([self.now, *unit.inflight])
+            unit.aborted += len([d for d in unit.inflight if d > self.now])
             unit.inflight = []
             unit.sleep_modes.append(mode)
             self._tick(unit.sleep_s)
@@ -507,6 +554,7 @@ class FakeHost:
             unit.asleep_tags -= set(tags)
             if not unit.asleep_tags:
                 unit.asleep = 0
+                unit.garbage = unit.garbage or unit.garbage_after_wake
                 # the queued requests run now, and finish a moment later
                 unit.inflight += [self.now + 0.2] * unit.parked
                 unit.parked = 0
@@ -527,7 +575,7 @@ class FakeHost:
         if (unit is None or unit.active_state != "active" or unit.behaviour in (HANG, RESTART_LOOP)
                 or self.now < unit.started_at + unit.warmup_s):
             return HttpResult(error=CONN_REFUSED)
-        routed = self._sleep_route(unit, method, path, payload)
+        routed = self._sleep_route(unit, method, path, payload, timeout)
         if routed is not None:
             return routed
         if path == "/metrics":
@@ -546,7 +594,7 @@ class FakeHost:
             name = "someone-else" if unit.behaviour == WRONG_MODEL else unit.served
             return HttpResult(200, json.dumps({"object": "list", "data": [{"id": name}]}))
         if path == "/v1/completions" and method == "POST":
-            if unit.asleep_tags:  # its scheduler is paused: not answered (the lab: 5 s)
+            if unit.asleep_tags or unit.pending_sleep:  # scheduler paused: not answered
                 self._tick(timeout)
                 return HttpResult(error="timed out")
             if unit.behaviour == STALLED:
@@ -558,6 +606,8 @@ class FakeHost:
                 return HttpResult(404, json.dumps({"error": "model not found"}))
             tokens = (0 if unit.behaviour == ZERO_TOKENS or unit.weights_stale
                       else payload["max_tokens"])
+            if payload.get("return_token_ids"):  # greedy, as the fingerprint asks
+                return self._greedy(unit, payload)
             self.timeline.append(f"completion {unit.name}: {tokens} tokens")
             return HttpResult(200, json.dumps({
                 "choices": [{"text": " world" if tokens else ""}],
@@ -589,6 +639,62 @@ class FakeNginx:
         self.test_error = None
         self.reload_error = None
         self.switches = []  # (fake time, port or None) of each reload that loaded the file
+        # Workers: `pgrep -P master_pid` lists them. A reload starts a new one; the old one
+        # exits once the requests it let through have ended (nginx's graceful reload).
+        self.master_pid, self.worker_pid = 900, 901
+        self.old_workers = []
+        # Requests the worker let through before a hold whose body is still on its way: each
+        # reaches the port loaded when it passed, `arrives` s after the hold, and runs there
+        # `seconds` (vLLM counts it from then on). Asleep there, it waits (hung).
+        self.admitted = []
+        self.held_at = None  # fake time the front door first answered a hold
+
+    def admit(self, arrives, seconds=0.5):
+        """A request let through now (before a hold), reaching the model `arrives` s after
+        the hold began (its body was still arriving), then running `seconds` there."""
+        entry = {"worker": self.worker_pid, "port": self.loaded, "arrives": arrives,
+                 "seconds": seconds, "reached": None, "done": None, "hung": False,
+                 "refused": False}
+        self.admitted.append(entry)
+        return entry
+
+    def _held(self):
+        if self.held_at is None:
+            self.held_at = self.host.now
+
+    def deliver(self):
+        """Each admitted request whose time has come reaches its model as it is now."""
+        if self.held_at is None:
+            return
+        for entry in self.admitted:
+            when = self.held_at + entry["arrives"]
+            if entry["reached"] is not None or when > self.host.now:
+                continue
+            entry["reached"] = when
+            unit = next((u for u in self.host.units.values() if u.port == entry["port"]), None)
+            if unit is None or not unit.main_pid:
+                entry["refused"] = True  # connection refused: the front door's 503
+                entry["done"] = when
+                self.host.timeline.append("admitted request refused")
+            elif unit.asleep:
+                entry["hung"] = True  # the engine queues it until a wake
+                unit.parked += 1
+                self.host.timeline.append(f"admitted request reached {unit.name} asleep")
+            else:
+                entry["done"] = when + entry["seconds"]
+                unit.inflight.append(entry["done"])
+                self.host.timeline.append(f"admitted request reached {unit.name} awake")
+
+    def carrying(self, worker):
+        return any(e["worker"] == worker and (e["done"] is None or e["done"] > self.host.now)
+                   for e in self.admitted)
+
+    def pgrep(self):
+        """`pgrep -P master`: the worker, and each old one still carrying a request."""
+        self.deliver()
+        self.old_workers = [w for w in self.old_workers if self.carrying(w)]
+        pids = [*self.old_workers, self.worker_pid]
+        return 0, "".join(f"{pid}\n" for pid in pids), ""
 
     def parse(self):
         """(port or None, error or None) of the upstream file as nginx reads it."""
@@ -623,9 +729,13 @@ class FakeNginx:
         port, error = self.parse()
         if error is None:
             self.load(port)
+            self.old_workers.append(self.worker_pid)
+            self.worker_pid += 1
         return 0, "", ""
 
     def load(self, port):
+        if port is None:
+            self._held()
         self.loaded = port
         self.switches.append((self.host.now, port))
         self.host.timeline.append(f"reload nginx: {port or 'none'}")
@@ -634,6 +744,7 @@ class FakeNginx:
         if not self.active:
             return HttpResult(error=CONN_REFUSED)
         if self.hold_file and self.hold_file.exists():
+            self._held()
             return HttpResult(503, FRONTDOOR_503)
         unit = next((u for u in self.host.units.values()
                      if self.loaded is not None and u.port == self.loaded), None)

