@@ -60,12 +60,14 @@ GIB = 1024**3
 # rule), no FlashInfer sampler (not installed: gpu-notes), vLLM's dev routes (sleep/wake).
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
             "NVSHMEM_DISABLE_NVLS": "1", "VLLM_USE_FLASHINFER_SAMPLER": "0",
-            "VLLM_SERVER_DEV_MODE": "1", "PYTHONUNBUFFERED": "1"}
+            "VLLM_SERVER_DEV_MODE": "1", "PYTHONUNBUFFERED": "1",
+            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 PROMPT = "The quick brown fox jumps over the lazy dog. Tensor parallel splits"
 FINGERPRINT_TOKENS = 24
 CATALOG_SHARE = 0.9
 MAX_MODEL_LEN = 4096
 STARTUP_TIMEOUT_S = 400
+LEVEL2_RELOAD_TIMEOUT_S = 120
 # The product's post-sleep check polls for SLEEP_CONFIRM_S (30 s) before it fails; here
 # 8 s: a sleeper's memory settles in well under a second once /sleep answered.
 POST_SLEEP_CONFIRM_S = 8.0
@@ -354,6 +356,9 @@ class Suite:
     def level2(self, svc, f0, wake_first=False):
         """Sleep at level 2, wake through the product's Cutover._wake (wake_steps(2))."""
         out = {}
+        # reload_weights gets the unit's startup timeout in the product; a reload of these
+        # weights from the page cache takes seconds, and a hung one must not eat the run.
+        svc = dict(svc, startup_timeout_s=LEVEL2_RELOAD_TIMEOUT_S)
         if wake_first:
             out["wake_level1"] = self.post(svc, "/wake_up")
         sleep = self.post(svc, "/sleep?level=2&mode=wait")
