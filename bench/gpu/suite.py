@@ -71,7 +71,7 @@ LEVEL2_RELOAD_TIMEOUT_S = 120
 # The product's post-sleep check polls for SLEEP_CONFIRM_S (30 s) before it fails; here
 # 8 s: a sleeper's memory settles in well under a second once /sleep answered.
 POST_SLEEP_CONFIRM_S = 8.0
-LAYERS = {"minimax_m2": 4, "deepseek_v3_mla": 2, "qwen3_moe_m2": 2, "llama_gqa": 16}
+LAYERS = {"minimax_m2": 2, "deepseek_v3_mla": 2, "qwen3_moe_m2": 2, "llama_gqa": 16}
 
 
 class Suite:
