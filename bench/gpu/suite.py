@@ -217,7 +217,12 @@ class Suite:
                                   exclude_pids=pids)
         keep = ("mode", "level", "share", "catalog_share", "residual_bytes_per_gpu",
                 "residual_source", "reasons", "summary", "host", "gpu_checks")
-        return {k: plan.get(k) for k in keep}
+        out = {k: plan.get(k) for k in keep}
+        # what it decided on, so a later product can decide again on the same figures
+        out["inputs"] = {"gpus": gpus, "mem_available_bytes": procs.parse_kib_fields(
+            host.text).get("MemAvailable"), "blue_weights_bytes": blue["weights_bytes"],
+            "green_weights_bytes": green["weights_bytes"]}
+        return out
 
     # -- phases -------------------------------------------------------------------------
     def phase_switch(self):  # noqa: PLR0915 - one scenario, told in order
