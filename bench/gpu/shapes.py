@@ -66,6 +66,7 @@ SHAPES = {
     },
 }
 MLA_SHAPES = ("deepseek_v3_mla",)
+MADE = "made.json"  # written last: a model made earlier (the same layers) is reused
 
 
 SHRUNK_WIDTHS = ("hidden_size", "intermediate_size", "moe_intermediate_size")
@@ -138,7 +139,18 @@ def make(out_root, shape, layers=None, seed=0, device="cuda", repo_root=None, sh
     if device == "cuda":
         torch.cuda.empty_cache()
     saved = json.loads((out / "config.json").read_text(encoding="utf-8"))
-    return {"path": str(out), "weights_bytes": weights,
+    info = {"path": str(out), "weights_bytes": weights,
             "safetensors_bytes": sum(f.stat().st_size for f in out.glob("*.safetensors")),
             "architectures": saved.get("architectures"),
-            "layers": saved.get("num_hidden_layers")}
+            "layers": saved.get("num_hidden_layers"), "seed": seed}
+    (out / MADE).write_text(json.dumps(info) + "\n", encoding="utf-8")
+    return info
+
+
+def made(out_root, shape, layers=None):
+    """What make() wrote earlier for this shape at this many layers, or None."""
+    path = Path(out_root) / shape / MADE
+    if not path.is_file():
+        return None
+    info = json.loads(path.read_text(encoding="utf-8"))
+    return info if layers in (None, info.get("layers")) else None

@@ -110,6 +110,10 @@ class Suite:
 
     # -- models and servers -----------------------------------------------------------
     def model(self, shape):
+        if shape not in self.made and self.args.shrink == 1:
+            earlier = shapes.made(self.models_dir, shape, LAYERS.get(shape))
+            if earlier:
+                self.made[shape] = self.result["models"][shape] = dict(earlier, reused=True)
         if shape not in self.made:
             start = time.monotonic()
             info = shapes.make(self.models_dir, shape, layers=LAYERS.get(shape), seed=0,
