@@ -9,7 +9,7 @@ export PY_COLORS ?= 0
 LAB_INVENTORY := inventory/lab
 MOLECULE_SCENARIOS ?= default,nvidia_driver_host,nvidia_driver_container cutover fleet+multinode
 
-.PHONY: help setup lock lock-upgrade lab demo status test lint sanity unit collection-test molecule bench bench-deploy bench-cutover bench-fleet bench-balancers bench-hostile bench-fit bench-warm-paper lab-down clean
+.PHONY: help setup lock lock-upgrade lab demo status test lint sanity unit collection-test molecule bench bench-deploy bench-cutover bench-fleet bench-balancers bench-hostile bench-fit bench-warm-paper bench-gpu lab-down clean
 
 help:
 	@echo "make demo    - start the lab, deploy tiny_gqa, switch to tiny_mla, show each answering"
@@ -20,6 +20,7 @@ help:
 	@echo "make lab     - start the lab Hub endpoint and the lab host container"
 	@echo "make status  - show the lab host's active model and one chat completion"
 	@echo "make bench   - the benchmarks and every speed target (deploy, keep-alive, download, cutover, fleet roll, balancers, hostile input, model fit end to end, warm switches on paper); figures into bench/output/"
+	@echo "make bench-gpu - on a CUDA host with vLLM: real vllm serve, the product's warm switch driving it; JSON into bench/output/gpu/ (docs/gpu-suite.md)"
 	@echo "make lab-down - stop the lab host container and the Hub endpoint"
 
 setup:
@@ -164,3 +165,10 @@ lab-down:
 
 clean: lab-down
 	rm -rf .lab .cache $(VENV)
+
+# The GPU suite (docs/gpu-suite.md): on a CUDA host with vLLM installed, not in `make bench`
+# (no GPU in the lab or CI). GPU_PYTHON is the interpreter that imports vllm and torch.
+GPU_PYTHON ?= python3
+GPU_PHASES ?= switch,shapes
+bench-gpu:
+	$(GPU_PYTHON) bench/gpu/suite.py --out bench/output/gpu --phases $(GPU_PHASES)

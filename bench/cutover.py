@@ -44,8 +44,8 @@ Warm switches on paper (issue 35; no lab, `make bench-warm-paper`):
 prints, per catalog model served on CUDA, on its target hardware profile
 (TARGET_PROFILE), the fit's weights per GPU (model_fit on the shipped
 config.json, as plan.yml sizes it), the paper level-1 wake time - weights per
-GPU / COPY_RATE_BYTES_S, the pinned host<->GPU copy rate measured with torch on
-an H200 (issue 35), every GPU's link its own - beside the model's cold load
+GPU / COPY_RATE_BYTES_S, vLLM's level-1 wake rate measured on an H100 (issue 43;
+formerly torch's raw copy rate on an H200), every GPU's link its own - beside the model's cold load
 figure where one was measured (COLD_LOAD). A separate section reads the lab's
 warm-switch figures from FILE (the Molecule cutover scenario writes it; vLLM-CPU,
 whose sleep frees nothing) and says they are not measured yet when it is absent.
@@ -69,9 +69,12 @@ import ansible_runner
 ROOT = Path(__file__).resolve().parent.parent
 MAX_RATIO = 1.05
 # --- warm switches on paper (--paper) ---
-# Pinned host<->GPU copies with torch alone on an H200, 4-32 GiB, each way (issue 35).
-COPY_RATE_BYTES_S = 55e9
-COPY_RATE_SOURCE = "paper, H200 copy rate: pinned host<->GPU with torch, issue 35"
+# vLLM's own level-1 wake: 27.35 GiB back in 0.78-0.79 s on an H100 80GB with vLLM 0.26.0
+# (the MiniMax-M2 shape, issue 43; bench/gpu/suite.py measures it as wake_rate_bytes_s).
+# It replaces 55 GB/s, torch's raw pinned copy on an H200 (issue 35), which vLLM's wake
+# does not reach (it copies tensor by tensor).
+COPY_RATE_BYTES_S = 37.7e9
+COPY_RATE_SOURCE = "vLLM 0.26.0's level-1 wake on an H100 80GB, issue 43"
 # The hardware the catalog's CUDA models are meant for (roles/vllm_model/defaults/main/
 # hardware.yml; docs/check-mode-examples.md plans them there).
 TARGET_PROFILE = "rtx_pro_6000_x8_pcie"

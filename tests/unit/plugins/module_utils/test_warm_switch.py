@@ -6,11 +6,12 @@ sleeper, and why a switch stays cold (issue 35, item 2).
 Sources of the figures: vLLM's start-up check request_memory() in
 vllm-project/vllm:vllm/v1/worker/utils.py at 0027b02769fb (ceil(total x
 gpu_memory_utilization) against the free memory, "Free memory on device ... is
-less than desired GPU memory utilization"); the residual: 0.6 GiB of CUDA context
-measured on an H200 (issue 35), 1.20 GiB published for a sleeping small model
-(vLLM production-stack tutorial 19) and the fit's non-torch term
-(fit_overhead.py). The models are the catalog's MiniMax-M2.5 (FP8, ~230 GB, TP8 +
-EP) and Kimi-K2.5 INT4 (~595 GB, TP8, DCP8, FP8 KV on SM120), sized by model_fit
+less than desired GPU memory utilization"); the residual: 2.25 GiB, what level-1
+sleepers kept on an H100 with vLLM 0.26.0 (the GPU suite, bench/output/gpu/), plus
+the fit's non-torch term for tensor parallel (fit_overhead.py); the host RAM a
+level-1 sleeper pins: up to 2x its weights (torch's power-of-two pinned buffers).
+The models are the catalog's MiniMax-M2.5 (FP8, ~230 GB, TP8 + EP) and Kimi-K2.5
+INT4 (~595 GB, TP8, DCP8, FP8 KV on SM120), sized by model_fit
 from their shipped config.json on the rtx_pro_6000_x8_pcie profile.
 """
 
@@ -79,17 +80,20 @@ def _steps(host_bytes, **kwargs):
 
 
 TORCH_TOTAL = RTX["memory_total_bytes"] - fo.DEFAULT_DRIVER_RESERVE_MIB * 1024**2
-TP_RESIDUAL = (int(Decimal("0.6") * GIB) + int(Decimal("0.14") * GIB)
-               + int(Decimal("1.03") * GIB))
-MINIMAX_PINNED = FITS["minimax_m25"]["weights_bytes_per_gpu"] * 8
-KIMI_PINNED = FITS["kimi_k25_int4"]["weights_bytes_per_gpu"] * 8
+TP_RESIDUAL = int(Decimal("2.25") * GIB) + int(Decimal("1.03") * GIB)
+MINIMAX_WEIGHTS = FITS["minimax_m25"]["weights_bytes_per_gpu"] * 8
+KIMI_WEIGHTS = FITS["kimi_k25_int4"]["weights_bytes_per_gpu"] * 8
+MINIMAX_PINNED = 2 * MINIMAX_WEIGHTS
+KIMI_PINNED = 2 * KIMI_WEIGHTS
 
 
-def test_the_residual_is_context_plus_non_torch_with_tp_and_the_published_figure_without():
-    assert ws.sleep_residual_bytes(8) == (TP_RESIDUAL, ws.sleep_residual_bytes(8)[1])
-    assert round(TP_RESIDUAL / GIB, 2) == 1.77
-    assert ws.sleep_residual_bytes(1) == (
-        int(Decimal("1.20") * GIB), "1.20 GiB published (production-stack tutorial 19)")
+def test_the_residual_is_the_measured_sleeper_and_non_torch_on_top_with_tp():
+    assert ws.sleep_residual_bytes(8) == (
+        TP_RESIDUAL, ("2.25 GiB measured at TP 1 + non-torch 1.03 GiB for TP8 (modelled: "
+                      "tensor parallel not measured)"))
+    assert round(TP_RESIDUAL / GIB, 2) == 3.28
+    assert ws.sleep_residual_bytes(1) == (int(Decimal("2.25") * GIB),
+                                          ws.MEASURED_SLEEPER_SOURCE)
     assert ws.sleep_residual_bytes(8, override=3 * GIB) == (
         3 * GIB, "vllm_fleet_sleep_residual_bytes_per_gpu")
 
@@ -98,8 +102,8 @@ def test_the_models_are_what_the_catalog_says():
     # MiniMax-M2.5 FP8: ~230 GB over TP8 (+ EP), the replicated weights once per GPU.
     assert FITS["minimax_m25"]["fits"]
     assert FITS["kimi_k25_int4"]["fits"]
-    assert 230e9 <= MINIMAX_PINNED < 231e9
-    assert 595e9 <= KIMI_PINNED < 615e9
+    assert 230e9 <= MINIMAX_WEIGHTS < 231e9
+    assert 595e9 <= KIMI_WEIGHTS < 615e9
 
 
 def test_512_gib_level_1_for_minimax_level_2_for_kimi_with_the_shortfall():
@@ -114,7 +118,7 @@ def test_512_gib_level_1_for_minimax_level_2_for_kimi_with_the_shortfall():
     # green's share lowered by the sleeper's residual, floored to 4 decimals
     share = float((Decimal("0.92") - Decimal(TP_RESIDUAL) / Decimal(TORCH_TOTAL))
                   .quantize(Decimal("0.0001"), rounding=ROUND_FLOOR))
-    assert first["share"] == share == 0.9013
+    assert first["share"] == share == 0.8854
     assert first["fit"]["fits"] is True
     assert first["fit"]["margin_bytes_per_gpu"] == _refit("kimi_k25_int4", share)[
         "margin_bytes_per_gpu"]
@@ -130,31 +134,39 @@ def test_512_gib_level_1_for_minimax_level_2_for_kimi_with_the_shortfall():
     assert back["host"]["short_bytes"] == short
     assert back["reasons"] == [
         f"kimi_k25_int4 is MLA and level 1 does not fit (host RAM short by {short / GIB:,.2f} "
-        f"GiB for level 1 (kimi_k25_int4's weights {KIMI_PINNED / GIB:,.2f} GiB, "
+        f"GiB for level 1 (kimi_k25_int4's pinned weights {KIMI_PINNED / GIB:,.2f} GiB, "
         f"{(480 * GIB - MINIMAX_PINNED) / GIB:,.2f} GiB free beside "
         f"{MINIMAX_PINNED / GIB:,.2f} GiB already pinned)); level 2: " + ws.MLA_LEVEL_2
         + ". It stops instead (vllm_fleet_sleep_level: 2 tries level 2 anyway)"]
-    assert round(short / GIB, 2) == 303.17
+    assert round(short / GIB, 2) == 1086.34
     assert back["green_wakes"]
     assert back["share"] == 0.92
     assert back["fit"] is None  # a waking model keeps its share: no refit
     # and back again: Kimi stopped, so it starts beside MiniMax asleep at level 1 again
     assert again["host"]["other_pinned_bytes"] == 0
     assert not again["green_wakes"]
-    assert again["share"] == 0.9013
+    assert again["share"] == 0.8854
 
 
-def test_one_tib_every_switch_at_level_1():
+def test_one_tib_holds_minimax_at_level_1_not_kimi_whose_pinned_buffers_take_twice_its_weights():
+    # Kimi-K2.5 INT4's 568 GiB of weights pin up to 1,137 GiB (torch rounds each pinned
+    # buffer up to a power of two; 1.81x measured on the GPU): more than 992 GiB.
     steps = _steps(1024 * GIB)
-    assert [(s["mode"], s["level"]) for s in steps] == [("warm", 1)] * 3
-    assert steps[1]["host"]["available_bytes"] == 992 * GIB - MINIMAX_PINNED
-    assert steps[2]["host"]["available_bytes"] == 992 * GIB - KIMI_PINNED
+    assert [(s["mode"], s["level"]) for s in steps] == [("warm", 1), ("cold", None),
+                                                        ("warm", 1)]
+    assert steps[0]["host"]["available_bytes"] == 992 * GIB
+    assert steps[1]["host"]["short_bytes"] == KIMI_PINNED - (992 * GIB - MINIMAX_PINNED)
+    assert steps[2]["host"]["available_bytes"] == 992 * GIB
 
 
 def test_no_host_memory_known_is_level_2():
     steps = _steps(None)
-    assert [s["level"] for s in steps] == [2, None, 2]  # Kimi (MLA) stops rather than level 2
+    # MiniMax-M2.5 (MiniMaxM2ForCausalLM: its level-2 wake failed on the GPU) and Kimi (MLA)
+    # stop rather than sleep at level 2
+    assert [s["level"] for s in steps] == [None, None, None]
+    assert "MiniMaxM2ForCausalLM and level 1 does not fit" in steps[0]["reasons"][0]
     assert "host memory not known" in steps[0]["reasons"][-1]
+    assert ws.LEVEL_2_FAILS["MiniMaxM2ForCausalLM"] in steps[0]["reasons"][0]
     assert [s["level"] for s in _steps(None, sleep_level="2")] == [2, 2, 2]
 
 
@@ -187,13 +199,13 @@ def test_another_process_on_one_gpu_fails_vllms_free_memory_check_there():
     gpus[3]["memory_used_bytes"] = 8 * GIB  # something else holds 8 GiB on GPU 3
     plan = ws.plan_switch(_model("minimax_m25"), _model("kimi_k25_int4"), gpus=gpus,
                           host_ram_bytes=512 * GIB, refit=_kimi_refit)
-    requested = math.ceil(TORCH_TOTAL * 0.9013)
+    requested = math.ceil(TORCH_TOTAL * 0.8854)
     free = TORCH_TOTAL - 8 * GIB - TP_RESIDUAL
     assert plan["mode"] == "cold"
     assert [c["index"] for c in plan["gpu_checks"] if c["short_bytes"]] == [3]
     assert plan["gpu_checks"][3]["short_bytes"] == requested - free
     reason = (f"GPU 3 short by {(requested - free) / GIB:,.2f} GiB: vLLM's free-memory check "
-              f"wants {requested / GIB:,.2f} GiB (kimi_k25_int4 at 0.9013), "
+              f"wants {requested / GIB:,.2f} GiB (kimi_k25_int4 at 0.8854), "
               f"{free / GIB:,.2f} GiB free beside {TP_RESIDUAL / GIB:,.2f} GiB of sleepers")
     assert plan["reasons"] == [reason]
 
@@ -294,7 +306,7 @@ def test_the_plan_applies_vllm_fleet_sleep_level_as_the_deploy_does():
     assert [(s["mode"], s["level"]) for s in steps] == [("warm", 1), ("cold", None),
                                                         ("warm", 1)]
     assert steps[1]["reasons"][0].startswith(
-        "vllm_fleet_sleep_level is 1 and level 1 does not fit: host RAM short by 303.17 GiB")
+        "vllm_fleet_sleep_level is 1 and level 1 does not fit: host RAM short by 1,086.34 GiB")
     assert steps[1]["lines"][0] == "kimi_k25_int4 -> minimax_m25: COLD"
 
 

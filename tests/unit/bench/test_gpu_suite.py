@@ -1,0 +1,153 @@
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
+"""bench/gpu (the GPU suite) without a GPU: its readers on captured text, its process
+host answering the product's systemctl/journalctl calls, and the whole suite run end to
+end against a stand-in vLLM (gpu_fake/fake_vllm.py) and nvidia-smi (gpu_fake/nvidia-smi)
+with shapes shrunk for a CPU. What the GPU measured is checked in test_gpu_figures.py."""
+
+import json
+import os
+import sys
+import time
+
+import pytest
+from repo_paths import ROOT
+
+sys.path.insert(0, str(ROOT / "bench" / "gpu"))
+import procs
+import shapes
+import table
+
+FAKE = ROOT / "tests" / "unit" / "bench" / "gpu_fake"
+MIB = 1024**2
+
+# vLLM 0.26.0's lines as the suite reads them (from the H100 run's log, gpu-notes.md).
+LOG = [
+    ("(EngineCore pid=812) INFO 12-06 01:40:12 [default_loader.py:291] Loading weights took "
+     "3.61 seconds"),
+    ("(EngineCore pid=812) INFO [gpu_model_runner.py:2410] Model loading took 27.35 GiB memory "
+     "and 4.120312 seconds"),
+    "(EngineCore pid=812) INFO [backends.py:548] Dynamo bytecode transform time: 5.12 s",
+    "(EngineCore pid=812) INFO [monitor.py:34] torch.compile takes 11.30 s in total",
+    "(EngineCore pid=812) INFO [gpu_worker.py:290] Available KV cache memory: 37.52 GiB",
+    "(EngineCore pid=812) INFO [kv_cache_utils.py:1087] GPU KV cache size: 1,229,312 tokens",
+    ("(EngineCore pid=812) INFO [gpu_model_runner.py:3110] Graph capturing finished in 6 secs, "
+     "took 0.54 GiB"),
+    ("(EngineCore pid=812) INFO [core.py:210] init engine (profile, create kv cache, warmup "
+     "model) took 26.10 seconds"),
+]
+
+
+def test_log_figures_split_a_cold_start_from_vllms_own_lines():
+    found, source = procs.log_figures(LOG)
+    assert found == {"weights_load_s": 3.61, "model_load_s": 4.120312, "model_load_gib": 27.35,
+                     "dynamo_bytecode_s": 5.12, "compile_total_s": 11.3,
+                     "kv_available_gib": 37.52, "kv_cache_tokens": 1229312,
+                     "graphs_s": 6.0, "graphs_gib": 0.54, "engine_init_s": 26.1}
+    assert source["kv_cache_tokens"].endswith("GPU KV cache size: 1,229,312 tokens")
+
+
+def test_first_error_names_what_killed_a_level_2_wake():
+    lines = ["INFO starting", "(EngineCore) ERROR Traceback (most recent call last):",
+             "AttributeError: 'functools.partial' object has no attribute '__name__'",
+             "RuntimeError: Engine core died"]
+    assert procs.first_error(lines) == (
+        "AttributeError: 'functools.partial' object has no attribute '__name__'")
+    assert procs.first_error(["INFO all good"]) is None
+
+
+def test_nvidia_smi_and_proc_readers():
+    gpus = procs.parse_gpus_csv("0, GPU-aaa, 81559, 75444\n1, GPU-bbb, 81559, 4\n")
+    assert gpus[0] == {"index": 0, "uuid": "GPU-aaa", "memory_total_bytes": 81559 * MIB,
+                       "memory_used_bytes": 75444 * MIB}
+    apps = procs.parse_apps_csv("812, GPU-aaa, 2254\n901, GPU-bbb, 71000\nbad line\n", gpus)
+    assert apps == [{"pid": 812, "gpu_index": 0, "used_memory_bytes": 2254 * MIB},
+                    {"pid": 901, "gpu_index": 1, "used_memory_bytes": 71000 * MIB}]
+    assert procs.pids_bytes({"processes": apps}, {812}) == 2254 * MIB
+    status = "Name:\tpython3\nVmLck:\t  51904512 kB\nVmRSS:\t  53000000 kB\nVmPin:\t 0 kB\n"
+    assert procs.parse_kib_fields(status)["VmLck"] == 51904512 * 1024
+
+
+def test_process_host_answers_the_products_systemctl_and_journal_calls(tmp_path):
+    host = procs.ProcessHost(tmp_path / "cgroup")
+    argv = [sys.executable, "-c", "import time; print('hello', flush=True); time.sleep(30)"]
+    host.add(procs.Unit("u1", argv, dict(os.environ), tmp_path / "u1.log"))
+    rc, out, _err = host.run_command(["systemctl", "show", "u1", "--property=ActiveState"])
+    assert (rc, out) == (0, "ActiveState=inactive\n")
+    assert host.run_command(["systemctl", "start", "u1"])[0] == 0
+    try:
+        _rc, out, _err = host.run_command(
+            ["systemctl", "show", "u1", "--property=ActiveState,MainPID,NRestarts"])
+        assert out == f"ActiveState=active\nMainPID={host.units['u1'].pid}\nNRestarts=0\n"
+        _rc, group, _err = host.run_command(
+            ["systemctl", "show", "u1", "--property=ControlGroup", "--value"])
+        procs_file = tmp_path / "cgroup" / group.strip().lstrip("/") / "cgroup.procs"
+        assert str(host.units["u1"].pid) in procs_file.read_text().split()
+        for _ in range(50):
+            if host.log_lines("u1"):
+                break
+            time.sleep(0.1)
+        rc, out, _err = host.run_command(["journalctl", "-u", "u1", "-n", "5", "-o", "cat"])
+        assert (rc, out) == (0, "hello\n")
+        _rc, out, _err = host.run_command(["journalctl", "-u", "u1", "-o", "json"])
+        assert json.loads(out.splitlines()[0]) == {"MESSAGE": "hello", "__CURSOR": "1"}
+        assert host.run_command(["systemctl", "frobnicate", "u1"])[0] == 1
+        assert host.run_command(["ss", "-H"])[0] == 127
+    finally:
+        host.stop_all()
+    _rc, out, _err = host.run_command(["systemctl", "show", "u1", "--property=ActiveState"])
+    assert out == "ActiveState=failed\n"
+
+
+def test_random_weights_are_drawn_so_greedy_output_can_vary():
+    assert shapes.init_std("model.layers.0.self_attn.q_proj.weight", (6144, 3072)) == \
+        pytest.approx(3072**-0.5)
+    assert shapes.init_std("model.layers.0.input_layernorm.weight", (3072,)) is None
+    assert shapes.init_std("model.layers.0.block_sparse_moe.e_score_correction_bias",
+                           (256,)) == 0
+    assert shapes.init_std("model.embed_tokens.weight", (1024, 3072)) == 1.0
+    cfg = shapes.config_for("minimax_m2", 1024, layers=4)
+    assert (cfg["hidden_size"], cfg["num_local_experts"], cfg["num_hidden_layers"],
+            cfg["vocab_size"]) == (3072, 256, 4, 1024)
+    small = shapes.config_for("deepseek_v3_mla", 1024, shrink=16)
+    assert (small["hidden_size"], small["n_routed_experts"], small["kv_lora_rank"]) == \
+        (448, 16, 512)
+
+
+def test_table_rewrites_only_the_measured_section():
+    page = f"intro\n{table.BEGIN}\nold\n{table.END}\nafter\n"
+    want = f"intro\n{table.BEGIN}\na\nb\n{table.END}\nafter\n"
+    assert table.rewrite_doc(page, ["a", "b"]) == want
+    with pytest.raises(ValueError, match="no"):
+        table.rewrite_doc("no markers", ["a"])
+
+
+def test_the_suite_end_to_end_against_a_stand_in_vllm(tmp_path):
+    pytest.importorskip("transformers")
+    smi = tmp_path / "smi"
+    smi.mkdir()
+    env = dict(os.environ, FAKE_SMI_DIR=str(smi), PATH=f"{FAKE}:{os.environ['PATH']}")
+    out = tmp_path / "out"
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "gpu" / "suite.py"), "--out", str(out),
+         "--models", str(tmp_path / "models"), "--device", "cpu", "--shrink", "16",
+         "--phases", "switch", "--server", f"{sys.executable} {FAKE / 'fake_vllm.py'}"],
+        env=env, capture_output=True, text=True, timeout=220, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(next(out.glob("gpu-*.json")).read_text())
+    assert result["env"]["card"] == "NVIDIA Fake 80GB"
+    assert result["errors"] == []
+    sw = result["switch"]
+    # The stand-in keeps 2,200 MiB asleep, as vLLM 0.26.0 did on the H100.
+    assert sw["blue_sleep"]["residual_bytes"] == 2200 * MIB
+    assert sw["blue_sleep"]["post_sleep_check"] == "passed"  # within 2.25 GiB (measured)
+    assert sw["blue_sleep"]["check_agrees_with_gpu"] is True
+    assert sw["green_start"]["vllm_accepted"] is True
+    assert sw["green_start"]["share"] == sw["decide"]["share"]
+    # the stand-in's MiniMax fails its level-2 wake as vLLM 0.26.0 did; auto's choice on a
+    # short host is level 2 for it (the product before the run's rule), cold for MLA
+    assert sw["decide_host_short"]["deepseek_v3_mla"]["mode"] == "cold"
+    assert "systemctl show vllm-bench-minimax_m2" in result["product_calls"]
+    assert any("| product's decide()" in line for line in done.stdout.splitlines())
