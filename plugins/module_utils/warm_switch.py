@@ -663,8 +663,8 @@ MLA_LEVEL_2 = ("its wake would reload the weights with vLLM's reload_weights, wh
 # for: auto does not put them to sleep at level 2 (they stop instead).
 LEVEL_2_FAILS = {
     "MiniMaxM2ForCausalLM": (
-        "its level-2 wake failed on the GPU (H100 80GB, vLLM 0.26.0, issue 43 and "
-        "bench/output/gpu/): reload_weights answered 500 \"'functools.partial' object has no "
+        "its level-2 wake failed on the GPU (H100 80GB, vLLM 0.26.0, issue 43's run of "
+        "2026-12-06): reload_weights answered 500 \"'functools.partial' object has no "
         "attribute '__name__'\" (its q_norm/k_norm weight loader is a partial, vLLM's "
         "reload/layerwise.py reads __name__) and the engine died"),
 }
@@ -678,6 +678,12 @@ def level_2_failure(model):
         return LEVEL_2_FAILS[model["architecture"]]
     if model.get("mla"):
         return MLA_LEVEL_2
+    if model.get("gpus") and not model.get("architecture"):
+        # A record written before the sizing kept the architecture: a MiniMax-M2 blue
+        # read from it would be put to sleep at level 2 and its wake kill the engine.
+        return ("its architecture is not in the deployment record (written before the "
+                "record kept it), so no run shows its level-2 wake working; a switch that "
+                "deploys it again records it")
     return None
 
 
@@ -703,7 +709,8 @@ def _settle(plan, green, level_asked, blue=None):
                            + " (set vllm_fleet_sleep_level: auto to sleep at level 2)"]
     elif (level_asked == "auto" and plan["level"] == LEVEL_DISCARDS_WEIGHTS
           and level_2_failure(blue)):
-        what = "MLA" if (blue or {}).get("mla") else blue.get("architecture")
+        what = "MLA" if (blue or {}).get("mla") else (blue.get("architecture")
+                                                      or "of an architecture not recorded")
         plan.update(mode="cold", level=None)
         plan["reasons"] = [f"{blue['name']} is {what} and level 1 does not fit ("
                            + plan["host"]["shortfall"] + "); level 2: "

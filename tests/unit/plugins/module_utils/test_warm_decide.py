@@ -213,6 +213,20 @@ def test_no_meminfo_is_level_2_and_says_so():
     assert two["reasons"][-1].startswith("host memory not known")
 
 
+def test_a_record_without_the_architecture_never_sleeps_at_level_2_under_auto():
+    """A record written before the sizing kept the architecture: a MiniMax-M2 blue read from
+    it would otherwise sleep at level 2, and its wake killed the engine on a GPU (issue 43)."""
+    old = _recorded("minimax_m25")
+    del old["sizing"]["architecture"]
+    plan = _decide(_green("kimi_k25_int4"), {"active": old})
+    assert (plan["mode"], plan["level"]) == ("cold", None)
+    assert plan["reasons"][0].startswith(
+        "minimax_m25 is of an architecture not recorded and level 1 does not fit")
+    assert "level 2: its architecture is not in the deployment record" in plan["reasons"][0]
+    two = _decide(_green("kimi_k25_int4"), {"active": old}, sleep_level="2")
+    assert (two["mode"], two["level"]) == ("warm", 2)  # asked for: tried anyway
+
+
 def test_a_model_on_no_gpu_vllm_on_cpu_is_warm_at_the_level_asked_and_keeps_its_unit():
     """The lab: vLLM on CPU frees nothing asleep; the level is the one asked (auto: 1) and
     the unit gets no share."""
