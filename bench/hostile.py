@@ -160,6 +160,7 @@ def classes():
     hostile_numbers, kept_numbers = config_cases()
     yield ("config.json numbers the fit reads", "refuse", hostile_numbers)
     yield ("config.json numbers spelt otherwise", "keep", kept_numbers)
+
     def unit(candidate, intact=lambda: True):
         def run():
             refused = request(candidate) is not None

@@ -325,7 +325,7 @@ class Suite:
         self.save()
         # later level-1 cycles of blue (green asleep beside it)
         cycles = []
-        for _ in range(2):
+        for _cycle in range(2):
             sleep = self.post(blue, "/sleep?level=1&mode=wait")
             time.sleep(0.5)
             mem = self.memory(blue)

@@ -122,8 +122,8 @@ def sleep_residual_bytes(tensor_parallel_size, override=None):
     if int(tensor_parallel_size) > 1:
         return (MEASURED_SLEEPER_BYTES + fit_overhead.NON_TORCH_TP_BYTES,
                 (f"{_gib(MEASURED_SLEEPER_BYTES)} measured at TP 1 + non-torch "
-                f"{_gib(fit_overhead.NON_TORCH_TP_BYTES)} for TP{tensor_parallel_size} "
-                "(modelled: tensor parallel not measured)"))
+                 f"{_gib(fit_overhead.NON_TORCH_TP_BYTES)} for TP{tensor_parallel_size} "
+                 "(modelled: tensor parallel not measured)"))
     return MEASURED_SLEEPER_BYTES, MEASURED_SLEEPER_SOURCE
 
 

@@ -83,7 +83,7 @@ def test_process_host_answers_the_products_systemctl_and_journal_calls(tmp_path)
             ["systemctl", "show", "u1", "--property=ControlGroup", "--value"])
         procs_file = tmp_path / "cgroup" / group.strip().lstrip("/") / "cgroup.procs"
         assert str(host.units["u1"].pid) in procs_file.read_text().split()
-        for _ in range(50):
+        for _try in range(50):
             if host.log_lines("u1"):
                 break
             time.sleep(0.1)

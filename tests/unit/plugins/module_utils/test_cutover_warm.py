@@ -494,7 +494,6 @@ def test_a_sleep_that_does_not_answer_within_its_bound_stops_blue_never_strands_
     assert world.saved()["active"]["model"] == "blue"
 
 
-
 def test_a_green_that_wakes_computing_garbage_fails_its_gate_is_stopped_and_blue_serves(
         tmp_path, port):
     """Issue 44, case 1: a level-2 wake that answers '!!!!' to every completion with 200
