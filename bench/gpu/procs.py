@@ -265,17 +265,18 @@ def pids_bytes(snapshot, pids):
     return sum(p["used_memory_bytes"] for p in snapshot["processes"] if p["pid"] in wanted)
 
 
-# vLLM 0.26.0's own lines, the figures a cold start splits into.
+# vLLM 0.26.0's own lines, the figures a cold start splits into (their words in a real log:
+# bench/output/gpu/gpu-h200-vllm-0.26.0-20261206T0521.vllm-bench-minimax_m2.log).
 LOG_FIGURES = {
     "weights_load_s": re.compile(r"Loading weights took ([\d.]+) seconds"),
     "model_load_s": re.compile(r"Model loading took [\d.]+ ?GiB(?: memory)? and ([\d.]+) seconds"),
     "model_load_gib": re.compile(r"Model loading took ([\d.]+) ?GiB"),
     "dynamo_bytecode_s": re.compile(r"Dynamo bytecode transform time: ([\d.]+) s"),
-    "compile_total_s": re.compile(r"torch\.compile takes ([\d.]+) s in total"),
+    "compile_total_s": re.compile(r"torch\.compile (?:takes|took) ([\d.]+) s in total"),
     "graphs_s": re.compile(r"Graph capturing finished in ([\d.]+) secs"),
     "graphs_gib": re.compile(r"Graph capturing finished in [\d.]+ secs, took ([\d.]+) GiB"),
     "engine_init_s": re.compile(r"init engine \(profile, create kv cache, warmup model\) took "
-                                r"([\d.]+) seconds"),
+                                r"([\d.]+) s"),
     "kv_available_gib": re.compile(r"Available KV cache memory: ([\d.]+) GiB"),
     "kv_cache_tokens": re.compile(r"GPU KV cache size: ([\d,]+) tokens"),
     "max_concurrency": re.compile(r"Maximum concurrency for [\d,]+ tokens per request: "
@@ -302,6 +303,8 @@ CAUSE = re.compile(r"((?:[A-Za-z_][\w.]*(?:Error|Exception))): (.+)$")
 def first_error(lines):
     """The first 'SomeError: message' line in a log (what killed or failed it), or None."""
     for line in lines:
+        if " WARNING " in line:  # vLLM's advice names errors it did not meet (ulimit's)
+            continue
         match = CAUSE.search(line.strip())
         if match:
             return f"{match.group(1)}: {match.group(2)}"[:300]

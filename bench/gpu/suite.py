@@ -51,6 +51,9 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils import (  # noqa:
     cutover,
     warm_switch,
 )
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils import (  # noqa: E402
+    fingerprint as prints,
+)
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import (  # noqa: E402
     urllib_request,
 )
@@ -98,7 +101,9 @@ class Suite:
 
     def save(self):
         env = self.result["env"]
-        name = f"gpu-{env.get('card_slug', 'gpu')}-vllm-{env.get('vllm', 'unknown')}.json"
+        # one file per run (a later run on the same card must not overwrite an earlier one)
+        stamp = self.result["started"].replace("-", "").replace(":", "")[:13]
+        name = f"gpu-{env.get('card_slug', 'gpu')}-vllm-{env.get('vllm', 'unknown')}-{stamp}.json"
         path = self.out / name
         path.write_text(json.dumps(self.result, indent=1, sort_keys=True) + "\n",
                         encoding="utf-8")
@@ -256,6 +261,8 @@ class Suite:
         pids = self.host.pids(blue["unit"])
         before = meminfo()
         cut = self.cut(green, level)
+        # the product's fingerprint of drained blue, taken before it sleeps (issue 44)
+        sw["blue_cold_because"] = cut._cold_because(blue, {})  # noqa: SLF001 - product's step
         start = time.monotonic()
         try:
             product_s = cut._sleep_blue(blue)  # noqa: SLF001 - the product's own step
@@ -297,6 +304,7 @@ class Suite:
         self.save()
         # the warm return through the product: green sleeps, blue wakes, blue's gate
         back = self.cut(blue, 1)
+        sw["green_cold_because"] = back._cold_because(green, {})  # noqa: SLF001
         start = time.monotonic()
         try:
             back._sleep_blue(green)  # noqa: SLF001 - green is "blue" of the return
@@ -306,7 +314,8 @@ class Suite:
         green_sleep_s = round(time.monotonic() - start, 2)
         wake_start = time.monotonic()
         try:
-            gate, woke_s = back._wake(blue, level, "blue")  # noqa: SLF001 - the product's wake
+            gate, woke_s = back._wake(blue, level, "blue",  # noqa: SLF001 - the product's wake
+                                      fingerprint=cut.blue_fingerprint)
         except cutover.CutoverError as exc:
             gate, woke_s = {"ok": False, "stage": "wake", "detail": exc.msg}, None
         gate_s = round(time.monotonic() - wake_start, 2)
@@ -370,13 +379,20 @@ class Suite:
         svc = dict(svc, startup_timeout_s=LEVEL2_RELOAD_TIMEOUT_S)
         if wake_first:
             out["wake_level1"] = self.post(svc, "/wake_up")
+        # the product's fingerprint before the sleep, which its wake checks (issue 44)
+        try:
+            before = prints.take(svc["url"], svc["served_model_name"], self.chost.request)
+        except prints.FingerprintError as exc:
+            before = None
+            out["fingerprint_error"] = exc.msg
         sleep = self.post(svc, "/sleep?level=2&mode=wait")
         time.sleep(0.5)
         out.update(sleep_s=sleep["s"], sleep_status=sleep["status"],
                    asleep=self.memory(svc), steps=[list(s[:2]) for s in cutover.wake_steps(2)])
         start = time.monotonic()
         try:
-            gate, woke_s = self.cut(svc, 2)._wake(svc, 2, "green")  # noqa: SLF001
+            gate, woke_s = self.cut(svc, 2)._wake(svc, 2, "green",  # noqa: SLF001
+                                                  fingerprint=before)
             out.update(wake_s=woke_s, gate=gate, ok=bool(gate.get("ok")))
         except cutover.CutoverError as exc:
             out.update(ok=False, error=exc.msg)
@@ -447,13 +463,13 @@ class Suite:
             self.host.stop_all()
             self.result["product_calls"] = sorted(set(self.host.calls))
             self.result["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-            path = self.save()
+            path = self.save()  # the servers' logs beside it, under the run's name
             for line in table.render(self.result):
                 print(line)
             print(f"[suite] wrote {path}")
             for unit in self.host.units.values():
                 with contextlib.suppress(OSError):
-                    (self.out / f"{unit.name}.log").write_bytes(
+                    (self.out / f"{path.stem}.{unit.name}.log").write_bytes(
                         unit.log_path.read_bytes()[-400_000:])
 
 

@@ -21,30 +21,24 @@ import table
 FAKE = ROOT / "tests" / "unit" / "bench" / "gpu_fake"
 MIB = 1024**2
 
-# vLLM 0.26.0's lines as the suite reads them (from the H100 run's log, gpu-notes.md).
-LOG = [
-    ("(EngineCore pid=812) INFO 12-06 01:40:12 [default_loader.py:291] Loading weights took "
-     "3.61 seconds"),
-    ("(EngineCore pid=812) INFO [gpu_model_runner.py:2410] Model loading took 27.35 GiB memory "
-     "and 4.120312 seconds"),
-    "(EngineCore pid=812) INFO [backends.py:548] Dynamo bytecode transform time: 5.12 s",
-    "(EngineCore pid=812) INFO [monitor.py:34] torch.compile takes 11.30 s in total",
-    "(EngineCore pid=812) INFO [gpu_worker.py:290] Available KV cache memory: 37.52 GiB",
-    "(EngineCore pid=812) INFO [kv_cache_utils.py:1087] GPU KV cache size: 1,229,312 tokens",
-    ("(EngineCore pid=812) INFO [gpu_model_runner.py:3110] Graph capturing finished in 6 secs, "
-     "took 0.54 GiB"),
-    ("(EngineCore pid=812) INFO [core.py:210] init engine (profile, create kv cache, warmup "
-     "model) took 26.10 seconds"),
-]
+# vLLM 0.26.0's own log of a cold start on an H200 (the suite's run, committed).
+REAL_LOG = ROOT / "bench" / "output" / "gpu" / (
+    "gpu-h200-vllm-0.26.0-20261206T0521.vllm-bench-minimax_m2.log")
 
 
 def test_log_figures_split_a_cold_start_from_vllms_own_lines():
-    found, source = procs.log_figures(LOG)
-    assert found == {"weights_load_s": 3.61, "model_load_s": 4.120312, "model_load_gib": 27.35,
-                     "dynamo_bytecode_s": 5.12, "compile_total_s": 11.3,
-                     "kv_available_gib": 37.52, "kv_cache_tokens": 1229312,
-                     "graphs_s": 6.0, "graphs_gib": 0.54, "engine_init_s": 26.1}
-    assert source["kv_cache_tokens"].endswith("GPU KV cache size: 1,229,312 tokens")
+    lines = REAL_LOG.read_text(encoding="utf-8").splitlines()
+    found, source = procs.log_figures(lines)
+    assert found == {"weights_load_s": 2.92, "model_load_s": 3.411765, "model_load_gib": 13.68,
+                     "compile_total_s": 17.47, "kv_available_gib": 110.53,
+                     "kv_cache_tokens": 14487712, "graphs_s": 5.0, "graphs_gib": 0.11,
+                     "engine_init_s": 36.5, "dynamo_bytecode_s": 2.48, "max_concurrency": 3537.04}
+    assert source["kv_cache_tokens"].endswith("GPU KV cache size: 14,487,712 tokens")
+    # the words of vLLM before 0.26 ("takes ... in total", "took ... seconds") still read
+    old, _src = procs.log_figures(["torch.compile takes 11.30 s in total",
+                                   "init engine (profile, create kv cache, warmup model) took "
+                                   "26.10 seconds"])
+    assert old == {"compile_total_s": 11.3, "engine_init_s": 26.1}
 
 
 def test_first_error_names_what_killed_a_level_2_wake():
@@ -54,6 +48,14 @@ def test_first_error_names_what_killed_a_level_2_wake():
     assert procs.first_error(lines) == (
         "AttributeError: 'functools.partial' object has no attribute '__name__'")
     assert procs.first_error(["INFO all good"]) is None
+    # vLLM's advice at start names an error it did not meet: not what failed (the first
+    # real run's table blamed "Too many open files" for a wake the suite had misjudged)
+    lines = REAL_LOG.read_text(encoding="utf-8").splitlines()
+    assert "Too many open files" in lines[7]
+    assert procs.first_error(lines[:130]) is None  # the cold start, sleeps and wakes
+    assert procs.first_error(lines) == (  # its level-2 wake, later in the same log
+        "AttributeError: 'functools.partial' object has no attribute '__name__'. "
+        "Did you mean: '__ne__'?")
 
 
 def test_nvidia_smi_and_proc_readers():
@@ -146,6 +148,13 @@ def test_the_suite_end_to_end_against_a_stand_in_vllm(tmp_path):
     assert sw["blue_sleep"]["check_agrees_with_gpu"] is True
     assert sw["green_start"]["vllm_accepted"] is True
     assert sw["green_start"]["share"] == sw["decide"]["share"]
+    # the warm return through the product: blue's fingerprint taken by the product before it
+    # slept (Cutover._cold_because), checked by its wake (the first real run missed it)
+    assert sw["blue_cold_because"] is None
+    assert sw["return"]["gate"]["ok"] is True, sw["return"]["gate"]
+    assert sw["return"]["gate"]["fingerprint"] == "matched"
+    assert sw["return"]["ids_identical"] is True
+    assert set(result["level2"]) == {"deepseek_v3_mla", "minimax_m2"}
     # the stand-in's MiniMax fails its level-2 wake as vLLM 0.26.0 did; auto's choice on a
     # short host is level 2 for it (the product before the run's rule), cold for MLA
     assert sw["decide_host_short"]["deepseek_v3_mla"]["mode"] == "cold"
