@@ -36,8 +36,8 @@ def test_log_figures_split_a_cold_start_from_vllms_own_lines():
     assert source["kv_cache_tokens"].endswith("GPU KV cache size: 14,487,712 tokens")
     # the words of vLLM before 0.26 ("takes ... in total", "took ... seconds") still read
     old, _src = procs.log_figures(["torch.compile takes 11.30 s in total",
-                                   "init engine (profile, create kv cache, warmup model) took "
-                                   "26.10 seconds"])
+                                   ("init engine (profile, create kv cache, warmup model) took "
+                                    "26.10 seconds")])
     assert old == {"compile_total_s": 11.3, "engine_init_s": 26.1}
 
 
