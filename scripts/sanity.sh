@@ -12,8 +12,12 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 [ -d .venv/bin ] && PATH="$root/.venv/bin:$PATH"
 # Outside the repository: ansible-test lists its targets with git, and .cache is ignored here.
-dest=${TMPDIR:-/tmp}/vllm-fleet-ansible-test/ansible_collections/vllm_fleet/fleet
-rm -rf "$dest" && mkdir -p "$dest"
+# A folder of this run's own: two checkouts (or worktrees) checked at once must not remove
+# each other's copy mid-run.
+work=$(mktemp -d "${TMPDIR:-/tmp}/vllm-fleet-ansible-test.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+dest=$work/ansible_collections/vllm_fleet/fleet
+mkdir -p "$dest"
 git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf - | tar -xf - -C "$dest"
 
 # The pip release ansible-test bootstraps its virtualenvs with.
