@@ -469,8 +469,10 @@ class Suite:
             print(f"[suite] wrote {path}")
             for unit in self.host.units.values():
                 with contextlib.suppress(OSError):
+                    # progress bars' carriage returns as new lines (one ending per line)
                     (self.out / f"{path.stem}.{unit.name}.log").write_bytes(
-                        unit.log_path.read_bytes()[-400_000:])
+                        unit.log_path.read_bytes()[-400_000:].replace(b"\r\n", b"\n")
+                        .replace(b"\r", b"\n"))
 
 
 class TextHost:

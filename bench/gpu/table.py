@@ -4,7 +4,7 @@
 docs/warm-switch.md, both from the suite's JSON.
 
   python3 bench/gpu/table.py bench/output/gpu/<run>.json            # print
-  python3 bench/gpu/table.py bench/output/gpu/<run>.json --doc docs/warm-switch.md
+  python3 bench/gpu/table.py bench/output/gpu/<run>.json [<run>.json ...] --doc docs/warm-switch.md
       # rewrite the lines between the MEASURED markers of that page
 """
 
@@ -72,7 +72,15 @@ def _switch_rows(sw):
                     f"{'accepted it' if green.get('vllm_accepted') else 'refused it'}; GPU "
                     f"use {green.get('gpu_used_fraction')} of the card |")
     back = sw.get("return") or {}
-    if back:
+    if back and _unjudged(back.get("gate")):
+        rows.append(f"| warm return through the product | {UNJUDGED} |")
+    elif back and not back.get("outage_s"):
+        rows.append(f"| warm return through the product | failed: "
+                    f"{(back.get('gate') or {}).get('detail')} |")
+    elif back:
+        if back.get("green_post_sleep_check") == "failed":
+            rows.append(f"| green's first sleep, the product's post-sleep check | failed: "
+                        f"{back.get('green_post_sleep_check_error')} |")
         rows.append(f"| warm return through the product (green sleeps, blue wakes, gate) | "
                     f"outage {secs(back.get('outage_s'))} (green's first sleep "
                     f"{secs(back.get('green_sleep_s'))}, blue's wake "
@@ -92,13 +100,25 @@ def _switch_rows(sw):
     return rows
 
 
+# A wake the product could not judge: the suite before 2026-12-06 05:20 UTC took no
+# fingerprint before the sleep, so the product's wake stopped at its fingerprint check.
+UNJUDGED = ("not judged: the suite of this run took no fingerprint before the sleep (the "
+            "product's wake refuses to trust one without); fixed in the suite after this run")
+
+
+def _unjudged(gate):
+    return "no fingerprint was taken before it slept" in str((gate or {}).get("detail"))
+
+
 def _level2_rows(result):
     rows = []
     pairs = list((result.get("level2") or {}).items())
     pairs += [(shape, out.get("level2")) for shape, out in (result.get("shapes") or {}).items()
               if out.get("level2")]
     for shape, out in pairs:
-        if out.get("ok"):
+        if _unjudged(out.get("gate")):
+            what = UNJUDGED
+        elif out.get("ok"):
             what = (f"worked: {secs(out.get('wake_s'))} wake, ids identical "
                     f"{out.get('ids_identical')}, awake after "
                     f"{gib((out.get('awake') or {}).get('gpu_bytes'))}")
@@ -143,11 +163,14 @@ def rewrite_doc(doc_text, lines):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("json")
+    parser.add_argument("json", nargs="+", help="one or more runs, each its own table")
     parser.add_argument("--doc")
     args = parser.parse_args(argv)
-    result = json.loads(Path(args.json).read_text(encoding="utf-8"))
-    lines = render(result)
+    lines = []
+    for path in args.json:
+        if lines:
+            lines.append("")
+        lines += render(json.loads(Path(path).read_text(encoding="utf-8")))
     if args.doc:
         page = Path(args.doc)
         page.write_text(rewrite_doc(page.read_text(encoding="utf-8"), lines), encoding="utf-8")
