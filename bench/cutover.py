@@ -601,12 +601,53 @@ def lab_section(path=LAB_FIGURES):
     return lines
 
 
+GPU_RUNS = ROOT / "bench" / "output" / "gpu"
+
+
+def gpu_section(folder=GPU_RUNS):
+    """The warm return on a real GPU, through the product's code (bench/gpu/suite.py's runs:
+    green sleeps, blue wakes at level 1, blue's gate), beside the lab's CPU figures."""
+    shown = Path(folder).relative_to(ROOT) if Path(folder).is_relative_to(ROOT) else folder
+    lines = [(f"GPU figures (real vLLM on a GPU, TP 1, the product's sleep, wake and gate; "
+              f"bench/gpu/suite.py), {shown}:"),
+             ("  run                                  outage (s)  green sleep (s)  blue wake + "
+              "gate (s)  later: sleep + wake + first completion (s)")]
+    for path in sorted(Path(folder).glob("gpu-*.json")):
+        try:
+            run = json.loads(path.read_text())
+        except ValueError as exc:
+            lines.append(f"  {path.name}: unreadable ({exc})")
+            continue
+        back = (run.get("switch") or {}).get("return") or {}
+        if back.get("outage_s") is None:
+            continue
+        cycles = (run.get("switch") or {}).get("blue_cycles") or []
+        later = min((c["sleep_s"] + c["wake_to_first_completion_s"] for c in cycles),
+                    default=None)
+        env = run.get("env") or {}
+        lines.append(f"  {env.get('card', '?')} vLLM {env.get('vllm', '?')} "
+                     f"{run.get('started', '?')[:16]:<16} {back['outage_s']:>10.2f}  "
+                     f"{back['green_sleep_s']:>15.2f}  {back['blue_wake_and_gate_s']:>19.2f}  "
+                     f"{'-' if later is None else format(later, '.2f'):>43}  GPU")
+        if back.get("green_post_sleep_check") == "failed":
+            lines.append(f"    green's post-sleep check: {back['green_post_sleep_check_error']}")
+    if len(lines) == 2:
+        lines.append("  not measured yet: make bench-gpu on a GPU host writes these runs")
+    else:
+        lines.append("  The outage holds green's first level-1 sleep (its pinned host buffers "
+                     "allocated); a process that slept before sleeps in about 0.4 s.")
+    return lines
+
+
 def paper_main(lab_figures):
     catalog, profiles = _role_defaults()
     for line in paper_table(paper_rows(catalog, profiles)):
         print(line)
     print()
     for line in lab_section(lab_figures):
+        print(line)
+    print()
+    for line in gpu_section():
         print(line)
     return 0
 

@@ -83,3 +83,15 @@ def test_the_lab_section_shows_the_files_runs_marked_cpu(tmp_path):
     path.write_text("{")
     assert lines[0] in cutover.lab_section(path)[0]
     assert cutover.lab_section(path)[1].startswith("  unreadable (")
+
+
+def test_the_gpu_warm_return_is_shown_beside_the_labs_from_the_committed_runs(tmp_path):
+    lines = cutover.gpu_section()
+    # the H200 run of 2026-12-06 05:21 (bench/output/gpu/): its return went through
+    row = next(line for line in lines if "NVIDIA H200" in line)
+    assert row.split()[-5:] == ["12.18", "11.40", "0.78", "1.14", "GPU"]
+    assert any("3571449856 bytes" in line for line in lines)  # green's failed check, shown
+    # the H100 runs' return was not judged (no fingerprint): not shown as a figure
+    assert not any("H100" in line for line in lines)
+    assert cutover.gpu_section(tmp_path)[-1] == (
+        "  not measured yet: make bench-gpu on a GPU host writes these runs")
