@@ -76,6 +76,10 @@ def fixtures():
 
 
 def _log_text(name):
+    settings = LOGS / f"{name}.json"
+    if settings.exists() and "log" in json.loads(settings.read_text()):
+        # a log kept elsewhere in the repository (the GPU suite's runs, bench/output/gpu/)
+        return (LOGS / json.loads(settings.read_text())["log"]).read_text()
     for suffix in (".log", ".md"):
         path = LOGS / f"{name}{suffix}"
         if path.exists():
