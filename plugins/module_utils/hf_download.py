@@ -454,7 +454,16 @@ def check_state_dir(folder):
 def open_partial(part, append):
     """A partial for writing: O_NOFOLLOW, a regular file of one link (a planted link, FIFO
     or hard link is refused, never written through), truncated only once checked."""
-    check_state_dir(part.split(os.sep + PARTIAL_DIR + os.sep)[0])
+    folder = part.split(os.sep + PARTIAL_DIR + os.sep)[0]
+    check_state_dir(folder)
+    # and every folder below partial/ (a file of the repo's sub/dir keeps its folders)
+    below = os.path.relpath(os.path.dirname(part), os.path.join(folder, PARTIAL_DIR))
+    path = os.path.join(folder, PARTIAL_DIR)
+    for name in [] if below == os.curdir else below.split(os.sep):
+        path = os.path.join(path, name)
+        if not _real_dir(path):
+            raise DownloadError("%s is a symbolic link or not a folder: nothing on the volume "
+                                "is followed; remove it (someone else put it there)" % path)
     try:
         fd = models_volume.open_nofollow(part, os.O_WRONLY | os.O_CREAT)
     except models_volume.VolumeError as e:

@@ -208,6 +208,19 @@ def test_a_planted_partial_link_is_never_written_through(tmp_path):
     assert not (local / "w.bin").exists()
 
 
+def test_a_linked_folder_below_the_partials_is_never_written_into(tmp_path):
+    local = tmp_path / "model"
+    partials = local / m.PARTIAL_DIR
+    partials.mkdir(parents=True)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (partials / "sub").symlink_to(outside, target_is_directory=True)
+    part = m.partial_path(str(local), m.RemoteFile("sub/w.bin", 5, "e" * 40))
+    with pytest.raises(m.DownloadError, match=r"partial/sub is a symbolic link or not a folder"):
+        m.open_partial(part, append=False)
+    assert list(outside.iterdir()) == []
+
+
 def test_the_link_probe_name_is_unpredictable(tmp_path):
     seen = []
 
