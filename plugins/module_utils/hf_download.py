@@ -65,7 +65,9 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import site
+import stat
 import sys
 import threading
 import time
@@ -85,6 +87,8 @@ VOLUME_STATE = os.path.join(STATE_DIR, "volume.json")
 CHUNK = 1024 * 1024
 MANIFEST_VERSION = 1
 SNAPSHOTS_DIR = "snapshots"
+# A manifest lists every file of a revision (~200 bytes each): 16 MiB is ~80k files.
+MANIFEST_LIMIT = 16 * 1024 * 1024
 _SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 _CONTENT_RANGE_RE = re.compile(r"^bytes\s+(\d+)-(\d+)/(\d+)$")
 
@@ -221,8 +225,9 @@ def new_hasher(algorithm, size):
     return h
 
 
-def hash_file(path, algorithm, size, buf_size=CHUNK):
-    """Hash a whole file in one pass; the size is the git header's length."""
+def hash_file(path, algorithm, size, buf_size=CHUNK, activity=None):
+    """Hash a whole file in one pass; the size is the git header's length. `activity` (a
+    one-item list) is bumped per chunk: the lease's heartbeat sees the work move."""
     h = new_hasher(algorithm, size)
     buf = bytearray(buf_size)
     view = memoryview(buf)
@@ -232,17 +237,20 @@ def hash_file(path, algorithm, size, buf_size=CHUNK):
             if not n:
                 break
             h.update(view[:n])
+            if activity is not None:
+                activity[0] += 1
     return h.hexdigest()
 
 
-def verify_files(pairs, workers):
+def verify_files(pairs, workers, activity=None):
     """Hash [(RemoteFile, local path)] in parallel; return {path: actual hex digest}."""
     out = {}
     if not pairs:
         return out
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         futures = {
-            pool.submit(hash_file, local, rf.algorithm, rf.size): rf.path for rf, local in pairs
+            pool.submit(hash_file, local, rf.algorithm, rf.size, activity=activity): rf.path
+            for rf, local in pairs
         }
         for fut in concurrent.futures.as_completed(futures):
             out[futures[fut]] = fut.result()
@@ -258,10 +266,11 @@ def manifest_path(local_dir):
 
 
 def load_manifest(local_dir):
+    """The folder's manifest; {} (every file hashed again) when it is absent, not JSON, not
+    a regular file (a link, a FIFO: never followed nor waited on) or over MANIFEST_LIMIT."""
     try:
-        with open(manifest_path(local_dir)) as f:
-            data = json.load(f)
-    except (OSError, ValueError):
+        data = json.loads(models_volume.read_state(manifest_path(local_dir), MANIFEST_LIMIT))
+    except (OSError, ValueError, models_volume.VolumeError):
         return {}
     if not isinstance(data, dict) or data.get("version") != MANIFEST_VERSION:
         return {}
@@ -303,7 +312,11 @@ def find_orphans(local_dir, hf_cache_repo_dir, wanted_partials, base_dir=None, k
     With `base_dir` (the snapshots layout) every folder of the repo is looked at: the flat
     folder of earlier versions and each commit's snapshot, whose partials are orphans unless
     its commit is in `keep_revisions` (another catalog entry pins it: its download resumes
-    them)."""
+    them).
+
+    Nothing is followed: a snapshot, a folder on the way to a partial or a folder inside
+    one that is a symbolic link is skipped (its target may be anyone's files), and only
+    regular files and links themselves are listed (`remove_orphans` unlinks the names)."""
     folders = [local_dir]
     if base_dir and os.path.abspath(base_dir) != os.path.abspath(local_dir):
         folders.append(base_dir)
@@ -315,21 +328,69 @@ def find_orphans(local_dir, hf_cache_repo_dir, wanted_partials, base_dir=None, k
                 and os.path.abspath(os.path.join(snaps, d)) != os.path.abspath(local_dir)
             )
     found = []
-    roots = [os.path.join(folder, ".cache", "huggingface") for folder in folders]
+    roots = [(folder, os.path.join(".cache", "huggingface")) for folder in folders]
     if hf_cache_repo_dir:
-        roots.append(os.path.join(hf_cache_repo_dir, "blobs"))
-    for root in roots:
-        for dirpath, _dirs, files in os.walk(root):
-            found.extend(
-                os.path.join(dirpath, name) for name in files if name.endswith(".incomplete")
-            )
+        roots.append((hf_cache_repo_dir, "blobs"))
+    for top, below in roots:
+        found.extend(p for p in _files_under(top, below) if p.endswith(".incomplete"))
     for folder in folders:
-        for dirpath, _dirs, files in os.walk(os.path.join(folder, PARTIAL_DIR)):
-            for name in files:
-                path = os.path.join(dirpath, name)
-                if path not in wanted_partials:
-                    found.append(path)
+        found.extend(p for p in _files_under(folder, PARTIAL_DIR) if p not in wanted_partials)
     return sorted(set(found))
+
+
+def _real_dir(path):
+    """Whether `path` is a folder itself (lstat), not a link to one."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _files_under(top, below):
+    """Regular files and links (never their targets) under `top`/`below`, reached through
+    real folders only: `top` and every folder from it down must not be a link."""
+    path = top
+    for part in ["", *below.split(os.sep)]:
+        path = os.path.join(path, part) if part else path
+        if not _real_dir(path):
+            return []
+    out = []
+    for dirpath, dirs, files in os.walk(path):  # followlinks=False: linked dirs not entered
+        dirs[:] = [d for d in dirs if _real_dir(os.path.join(dirpath, d))]
+        for name in files:
+            full = os.path.join(dirpath, name)
+            with contextlib.suppress(OSError):
+                mode = os.lstat(full).st_mode
+                if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
+                    out.append(full)
+    return out
+
+
+def remove_orphans(paths):
+    """Unlink each orphan that still is a regular file or a link (the link itself, never
+    its target), in a folder that is not a link; returns the paths removed."""
+    removed = []
+    for path in paths:
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            continue
+        if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+            continue
+        if not _real_dir(os.path.dirname(path)):
+            continue
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+            removed.append(path)
+    return removed
+
+
+def lsize(path):
+    """Bytes of the name itself (a link counts its own few bytes, not its target's)."""
+    try:
+        return os.lstat(path).st_size
+    except OSError:
+        return 0
 
 
 def snapshot_dir(base_dir, sha):
@@ -374,12 +435,56 @@ def file_size(path):
         return 0
 
 
+def check_state_dir(folder):
+    """The state folders under `folder` (.cache, .cache/vllm-fleet, its partial/) are
+    folders, not links: a link there would send the lock, partials and records elsewhere."""
+    path = folder
+    for part in PARTIAL_DIR.split(os.sep):
+        path = os.path.join(path, part)
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            return
+        if not stat.S_ISDIR(mode):
+            raise DownloadError("%s is %s, not a folder: nothing on the volume is followed; "
+                                "remove it (someone else put it there)"
+                                % (path, models_volume.kind_of(mode)))
+
+
+def open_partial(part, append):
+    """A partial for writing: O_NOFOLLOW, a regular file of one link (a planted link, FIFO
+    or hard link is refused, never written through), truncated only once checked."""
+    folder = part.split(os.sep + PARTIAL_DIR + os.sep)[0]
+    check_state_dir(folder)
+    # and every folder below partial/ (a file of the repo's sub/dir keeps its folders)
+    below = os.path.relpath(os.path.dirname(part), os.path.join(folder, PARTIAL_DIR))
+    path = os.path.join(folder, PARTIAL_DIR)
+    for name in [] if below == os.curdir else below.split(os.sep):
+        path = os.path.join(path, name)
+        if not _real_dir(path):
+            raise DownloadError("%s is a symbolic link or not a folder: nothing on the volume "
+                                "is followed; remove it (someone else put it there)" % path)
+    try:
+        fd = models_volume.open_nofollow(part, os.O_WRONLY | os.O_CREAT)
+    except models_volume.VolumeError as e:
+        raise DownloadError("a partial file: %s" % e) from e
+    if append:
+        os.lseek(fd, 0, os.SEEK_END)
+    else:
+        os.ftruncate(fd, 0)
+    return os.fdopen(fd, "wb")
+
+
 @contextlib.contextmanager
 def model_lock(local_dir, wait=True, flock=fcntl.flock):
     """Exclusive flock on <local_dir>/.cache/vllm-fleet/lock; yields seconds waited."""
     path = os.path.join(local_dir, LOCK_NAME)
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    check_state_dir(local_dir)
+    try:
+        fd = models_volume.open_nofollow(path, os.O_RDWR | os.O_CREAT)
+    except models_volume.VolumeError as e:
+        raise DownloadError("the download's lock: %s" % e) from e
     t0 = time.monotonic()
     try:
         try:
@@ -673,6 +778,8 @@ class HfDownloader(object):
         snapshots=False,
         shared_volume=False,
         lease_s=60.0,
+        lease_wait_s=14400.0,
+        lease_stall_s=900.0,
         keep_revisions=None,
         flock=fcntl.flock,
         link=os.link,
@@ -689,6 +796,11 @@ class HfDownloader(object):
         # kernel cannot show a host-local lock or a filesystem without links).
         self.shared_volume = bool(shared_volume)
         self.lease_s = float(lease_s)
+        self.lease_wait_s = float(lease_wait_s)
+        self.lease_stall_s = float(lease_stall_s)
+        # Bumped for each MiB hashed or copied: with the progress's bytes, what tells the
+        # lease's heartbeat that the work moves.
+        self.activity = [0]
         self.keep_revisions = list(keep_revisions or [])
         self.flock = flock
         self.link = link
@@ -893,13 +1005,14 @@ class HfDownloader(object):
 
     def _prime_hasher(self, part, rf):
         """Hash the resumed prefix once, so the whole file is hashed as it streams."""
-        have = file_size(part)
-        if have > rf.size:
+        have = lsize(part)  # a link's own size: its target is never read (open_partial refuses it)
+        if have > rf.size or (have and not stat.S_ISREG(os.lstat(part).st_mode)):
             os.remove(part)
             have = 0
         h = new_hasher(rf.algorithm, rf.size)
         if have:
-            with open(part, "rb") as f:
+            fd = models_volume.open_nofollow(part, os.O_RDONLY, one_link=False)
+            with os.fdopen(fd, "rb") as f:
                 remaining = have
                 while remaining:
                     chunk = f.read(min(CHUNK, remaining))
@@ -931,7 +1044,7 @@ class HfDownloader(object):
                 mode = "wb"
             self._check_announced_size(resp, rf, have)
             state["hasher"], state["have"] = h, have
-            with open(part, mode) as out:
+            with open_partial(part, append=mode == "ab") as out:
                 for chunk in resp.iter_bytes(CHUNK):
                     if self.cancel.is_set():
                         raise DownloadError("cancelled")
@@ -1123,10 +1236,9 @@ class HfDownloader(object):
         if flock_error:
             scope, why = "none", "flock on %s answers %s" % (
                 mount["mount_point"] if mount else self.base_dir, flock_error)
-        recorded = {}
-        with contextlib.suppress(OSError, ValueError), open(
-                os.path.join(self.base_dir, VOLUME_STATE)) as f:
-            recorded = json.load(f)
+        recorded = {}  # a record that is a link, a FIFO or too large is not read
+        with contextlib.suppress(OSError, models_volume.VolumeError):
+            recorded = models_volume.read_json_state(os.path.join(self.base_dir, VOLUME_STATE))
         links = recorded.get("hard_links")
         links_from = "tried here" if links is not None else "filesystem type"
         if links is None:
@@ -1172,7 +1284,9 @@ class HfDownloader(object):
                 os.makedirs(os.path.join(self.base_dir, STATE_DIR), exist_ok=True)
                 lease = models_volume.LeaseLock(
                     os.path.join(self.base_dir, LEASE_NAME), lease_s=self.lease_s,
-                    sleep=self.sleep, on_wait=self._note_lease_wait)
+                    sleep=self.sleep, on_wait=self._note_lease_wait,
+                    wait_s=self.lease_wait_s, progress=self._work_mark,
+                    stall_s=self.lease_stall_s)
                 try:
                     waited += lease.acquire()
                 except models_volume.VolumeError as e:
@@ -1180,6 +1294,13 @@ class HfDownloader(object):
                 stack.callback(lease.release)
                 self.volume["lease_broken"] = lease.broke
             yield waited
+            if "lease" in self.volume["locks"]:
+                self.volume["lease_lost"] = lease.lost
+
+    def _work_mark(self):
+        """What changes while this run's work moves: bytes fetched and MiB hashed/copied."""
+        done = self.progress.snapshot().get("bytes_done") if self.progress is not None else None
+        return (done, self.activity[0])
 
     def _note_lease_wait(self, holder, waited):
         """While another host stages this repo: say who, in the progress file."""
@@ -1198,11 +1319,13 @@ class HfDownloader(object):
         """Try a hard link once on this volume (a file in the state folder); record it."""
         state = os.path.join(self.base_dir, STATE_DIR)
         os.makedirs(state, exist_ok=True)
-        src = os.path.join(state, "link-probe.%d" % os.getpid())
+        # An unpredictable name made with O_EXCL (never one another user placed first).
+        src = os.path.join(state, "link-probe.%s" % secrets.token_hex(8))
         dst = src + ".link"
         ok, why = True, None
         try:
-            with open(src, "w") as f:
+            fd = os.open(src, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w") as f:
                 f.write("probe\n")
             self.link(src, dst)
         except OSError as e:
@@ -1273,12 +1396,13 @@ class HfDownloader(object):
             self.local_dir, self._hf_cache_repo_dir(), wanted_partials,
             base_dir=self.base_dir if self.snapshots else None,
             keep_revisions=self.keep_revisions)
-        orphan_bytes = sum(file_size(p) for p in orphans)
+        orphan_bytes = sum(lsize(p) for p in orphans)
         bytes_total = sum(rf.size for rf in remote)
 
         # Hash what is on disk but not vouched for by the manifest (parallel, one read).
         actual = verify_files(
-            [(rf, os.path.join(self.local_dir, rf.path)) for rf in to_hash], self.max_workers
+            [(rf, os.path.join(self.local_dir, rf.path)) for rf in to_hash], self.max_workers,
+            activity=self.activity,
         )
         mismatched = [rf for rf in to_hash if actual[rf.path] != rf.expected]
         verified = trusted + [rf for rf in to_hash if actual[rf.path] == rf.expected]
@@ -1336,9 +1460,7 @@ class HfDownloader(object):
             result.update(changed=changed, bytes_downloaded=0, seconds=seconds)
             return result
 
-        for path in orphans:
-            with contextlib.suppress(OSError):
-                os.remove(path)
+        remove_orphans(orphans)
         disk = self._disk(bytes_to_download + copy_bytes, 0)
         result["disk"] = disk
         if (to_fetch or copy_bytes) and not disk["ok"]:
@@ -1476,8 +1598,9 @@ class HfDownloader(object):
         h = new_hasher(rf.algorithm, rf.size)
         try:
             os.makedirs(os.path.dirname(part), exist_ok=True)
-            with open(src, "rb") as fin, open(part, "wb") as fout:
+            with open(src, "rb") as fin, open_partial(part, append=False) as fout:
                 for chunk in iter(lambda: fin.read(CHUNK), b""):
+                    self.activity[0] += 1
                     h.update(chunk)
                     fout.write(chunk)
                 fout.flush()

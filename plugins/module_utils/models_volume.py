@@ -23,6 +23,14 @@ only after it saw the holder's mtime stand still for ``lease_s`` of its own
 clock (no clock shared between hosts is assumed), or at once when the holder
 is a process of this very host (same boot) that no longer exists.
 
+Nothing on the volume is followed or trusted (other users and hosts can write
+there): the lease is created with ``O_EXCL|O_NOFOLLOW`` and renewed through the
+holder's own descriptor (never a path that may have become a link), read as a
+regular file of at most ``STATE_LIMIT`` bytes (a link, a FIFO, a device or a
+larger file is refused by name, see `read_state`), renewed only while the
+holder still owns it and its work moves (`progress`, `stall_s`), and waited for
+at most ``wait_s`` seconds, the error naming the holder (host, pid, since).
+
 The fleet side: hosts that name the same volume stage a model once; the first
 host of each volume in the play's batch is its stager (`stagers`).
 """
@@ -35,6 +43,7 @@ import fcntl
 import json
 import os
 import socket
+import stat
 import threading
 import time
 
@@ -54,10 +63,101 @@ LINKS_OK = LOCAL_FS | frozenset((
 # (fuseblk is exFAT's FUSE driver as well as ntfs-3g's, which links: not known.)
 LINKS_NEVER = frozenset(("vfat", "msdos", "exfat", "fuse.exfat"))
 LEASE_NAME = "lease"
+# A state file (lease, volume record) is a few hundred bytes; more is not ours.
+STATE_LIMIT = 64 * 1024
+_KINDS = (
+    (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISLNK, "a symbolic link"),
+)
 
 
 class VolumeError(Exception):
     """The volume cannot do what the download needs; the message says what and why."""
+
+
+class LeaseWaitError(VolumeError):
+    """The lease stayed with another holder past the wait's deadline."""
+
+
+def kind_of(mode):
+    """'a FIFO', 'a symbolic link', ... for a stat mode; 'a regular file' for one."""
+    for test, name in _KINDS:
+        if test(mode):
+            return name
+    return "a regular file" if stat.S_ISREG(mode) else "not a regular file"
+
+
+def open_nofollow(path, flags, mode=0o644, one_link=True):
+    """os.open with O_NOFOLLOW (and O_NONBLOCK, so a FIFO never blocks the open), then
+    fstat: the descriptor of a regular file (with one link when `one_link`: a file this
+    code writes), else VolumeError naming what was found. Nothing is truncated here:
+    callers truncate the checked descriptor."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise VolumeError("%s is a symbolic link: nothing on the volume is followed; "
+                              "remove it (someone else put it there)" % path) from e
+        if e.errno == errno.ENXIO:
+            raise VolumeError("%s is a FIFO or socket, not a regular file: remove it (someone "
+                              "else put it there)" % path) from e
+        raise
+    try:
+        _check_regular(fd, path, one_link)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _check_regular(fd, path, one_link):
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise VolumeError("%s is %s, not a regular file: remove it (someone else put it "
+                          "there)" % (path, kind_of(st.st_mode)))
+    if one_link and st.st_nlink > 1:
+        raise VolumeError("%s has %d hard links, a file the download writes has one: "
+                          "remove it (it may be another file's name)" % (path, st.st_nlink))
+
+
+def read_state(path, limit=STATE_LIMIT):
+    """The bytes of a state file: a regular file, not a link, of at most `limit` bytes.
+
+    FileNotFoundError when it is absent; VolumeError naming the path and what it is when it
+    is a link, a FIFO, a device, a folder or larger than `limit` (nothing past `limit` + 1
+    bytes is read)."""
+    fd = open_nofollow(path, os.O_RDONLY, one_link=False)
+    try:
+        size = os.fstat(fd).st_size
+        if size > limit:
+            raise VolumeError("%s is %d bytes, a state file is at most %d: refused; remove it "
+                              "(it is not the download's)" % (path, size, limit))
+        chunks, got = [], 0
+        while got <= limit:
+            chunk = os.read(fd, limit + 1 - got)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+        if got > limit:
+            raise VolumeError("%s grew past %d bytes while read: refused" % (path, limit))
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def read_json_state(path, limit=STATE_LIMIT):
+    """read_state, parsed as JSON: {} when absent or not JSON (a file being written);
+    VolumeError when it is not a regular file or too large."""
+    try:
+        data = json.loads(read_state(path, limit).decode("utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (UnicodeDecodeError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 # -- mounts -------------------------------------------------------------------
@@ -253,13 +353,21 @@ class LeaseLock(object):
     """An exclusive lock across hosts: a lease file made with O_EXCL and kept fresh.
 
     `clock` and `sleep` are injectable (tests); `on_wait(holder, waited_s)` is told while
-    it waits, with the holder's record (host, pid, since)."""
+    it waits, with the holder's record (host, pid, since). `wait_s` bounds the wait (None:
+    no bound): past it, LeaseWaitError names the holder. `progress` (set before or after
+    acquire) is a callable whose value changes while the holder's work moves: the heartbeat
+    stops renewing once it stood still for `stall_s`, so a hung holder's lease expires."""
 
     def __init__(self, path, lease_s=60.0, poll_s=2.0, clock=time.monotonic, sleep=time.sleep,
-                 on_wait=None, host=None):
+                 on_wait=None, host=None, wait_s=None, progress=None, stall_s=None):
         self.path = path
         self.lease_s = float(lease_s)
         self.poll_s = float(poll_s)
+        self.wait_s = None if wait_s is None else float(wait_s)
+        self.progress = progress
+        self.stall_s = float(stall_s) if stall_s is not None else 10 * self.lease_s
+        self.lost = None
+        self._fd = None
         self.clock = clock
         self.sleep = sleep
         self.on_wait = on_wait
@@ -279,23 +387,26 @@ class LeaseLock(object):
         self._thread = None
 
     def _read(self):
+        """The holder's record: {} when there is none or it is being written; VolumeError
+        when the lease is a link, a FIFO, a device or larger than STATE_LIMIT."""
         try:
-            with open(self.path) as f:
-                return json.load(f)
-        except (OSError, ValueError):
+            return read_json_state(self.path)
+        except VolumeError as e:
+            raise VolumeError("the lease: %s" % e) from e
+        except OSError:
             return {}
 
     def _try_create(self):
         try:
-            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o644)
         except FileExistsError:
             return False
         except OSError as e:
             raise VolumeError("cannot create the lease file %s: %s" % (self.path, e)) from e
-        with os.fdopen(fd, "w") as f:
-            json.dump(self.record, f)
-            f.flush()
-            os.fsync(f.fileno())
+        os.write(fd, json.dumps(self.record).encode())
+        os.fsync(fd)
+        self._fd = fd  # renewed through this descriptor: always our own file
         return True
 
     def _dead_here(self, holder):
@@ -311,7 +422,7 @@ class LeaseLock(object):
         the new token and leaves it."""
         guard = self.path + ".break"
         try:
-            fd = os.open(guard, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            fd = os.open(guard, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o644)
         except FileExistsError:
             self._clear_stale_guard(guard)
             return False
@@ -332,7 +443,7 @@ class LeaseLock(object):
     def _clear_stale_guard(self, guard):
         """A breaker that died between its guard and its removal: its guard stands still."""
         try:
-            mtime = os.stat(guard).st_mtime_ns
+            mtime = os.lstat(guard).st_mtime_ns
         except FileNotFoundError:
             return
         now = self.clock()
@@ -342,6 +453,19 @@ class LeaseLock(object):
             with contextlib.suppress(FileNotFoundError):
                 os.remove(guard)
             self._guard_seen = None
+
+    def _wait_error(self, holder, waited, renewed_ago):
+        since = holder.get("since")
+        try:
+            when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(since)))
+        except (TypeError, ValueError, OverflowError):
+            when = "an unknown time"
+        return LeaseWaitError(
+            "waited %.0f s (the wait's bound) for the lease %s, held by host %s, pid %s since "
+            "%s, renewed %.0f s ago: that host is still staging this repo; let it finish, or "
+            "stop it (a lease that is not renewed for %.0f s is taken over)"
+            % (waited, self.path, holder.get("host", "?"), holder.get("pid", "?"), when,
+               renewed_ago, self.lease_s))
 
     def acquire(self):
         """Wait for the lease; returns seconds waited."""
@@ -353,7 +477,7 @@ class LeaseLock(object):
                 return self.clock() - t0
             holder = self._read()
             try:
-                mtime = os.stat(self.path).st_mtime_ns
+                mtime = os.lstat(self.path).st_mtime_ns
             except FileNotFoundError:
                 continue
             now = self.clock()
@@ -365,15 +489,45 @@ class LeaseLock(object):
             if now - seen_at >= self.lease_s and self._break(
                     holder, "its lease was not renewed for %.0f s" % (now - seen_at)):
                 continue
+            if self.wait_s is not None and now - t0 >= self.wait_s:
+                raise self._wait_error(holder, now - t0, now - seen_at)
             if self.on_wait:
                 self.on_wait(holder, now - t0)
             self.sleep(self.poll_s)
 
+    def renew(self, state):
+        """One heartbeat: renew (the mtime of our own descriptor) only while the lease file is
+        still ours and the work moved within `stall_s`; else set `lost` and return False.
+        `state` is the heartbeat's {"mark", "at"} of the last progress seen."""
+        if self.progress is not None:
+            mark, now = self.progress(), self.clock()
+            if state.get("at") is None or mark != state.get("mark"):
+                state.update(mark=mark, at=now)
+            elif now - state["at"] >= self.stall_s:
+                self.lost = ("no progress for %.0f s: the lease is no longer renewed and "
+                             "expires for the next stager" % (now - state["at"]))
+                return False
+        try:
+            holder = self._read()
+        except VolumeError as e:
+            holder = {"why": str(e)}
+        if not holder and not os.path.lexists(self.path):
+            self.lost = "the lease file is gone (another stager took it over)"
+            return False
+        if holder and holder.get("token") != self.token:
+            self.lost = "the lease is no longer ours (%s)" % (
+                holder.get("why") or "held by %s pid %s" % (holder.get("host"), holder.get("pid")))
+            return False
+        with contextlib.suppress(OSError):
+            os.utime(self._fd)
+        return True
+
     def _start_heartbeat(self):
         def beat():
+            state = {}
             while not self._stop.wait(self.lease_s / 4):
-                with contextlib.suppress(OSError):
-                    os.utime(self.path)
+                if not self.renew(state):
+                    return
         self._thread = threading.Thread(target=beat, name="lease-heartbeat", daemon=True)
         self._thread.start()
 
@@ -381,9 +535,13 @@ class LeaseLock(object):
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
-        if self._read().get("token") == self.token:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(self.path)
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        with contextlib.suppress(VolumeError):
+            if self._read().get("token") == self.token:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(self.path)
 
     def __enter__(self):
         self.acquire()

@@ -154,6 +154,20 @@ options:
         whose process is gone is taken over at once.
     type: float
     default: 60.0
+  lease_wait_s:
+    description:
+      - Seconds to wait for a lease another host holds and renews; past them the run fails
+        naming the holder (host, pid, since). A holder renews only while its own work moves
+        (bytes fetched or hashed within O(lease_stall_s)), so a hung holder's lease expires
+        after O(lease_stall_s) + O(lease_s) and is taken over before this bound.
+    type: float
+    default: 14400.0
+  lease_stall_s:
+    description:
+      - Seconds without progress (no byte fetched, copied or hashed) after which this run
+        stops renewing its lease, so that another host may take it over.
+    type: float
+    default: 900.0
   keep_revisions:
     description:
       - Commit shas whose partial files are kept although this run does not download them
@@ -366,6 +380,8 @@ def main():
             "snapshots": {"type": "bool", "default": False},
             "shared_volume": {"type": "bool", "default": False},
             "lease_s": {"type": "float", "default": 60.0},
+            "lease_wait_s": {"type": "float", "default": 14400.0},
+            "lease_stall_s": {"type": "float", "default": 900.0},
             "keep_revisions": {"type": "list", "elements": "str", "default": []},
         },
         mutually_exclusive=[("token", "token_file")],
@@ -401,6 +417,8 @@ def main():
             snapshots=p["snapshots"],
             shared_volume=p["shared_volume"],
             lease_s=p["lease_s"],
+            lease_wait_s=p["lease_wait_s"],
+            lease_stall_s=p["lease_stall_s"],
             keep_revisions=p["keep_revisions"],
         )
         result = downloader.run()
