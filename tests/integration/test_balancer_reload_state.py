@@ -86,7 +86,7 @@ def test_a_drained_and_a_maintenance_server_stay_so_across_five_reloads(tmp_path
             assert status_of(bal, "default", "a1") == "DRAIN", f"reload {reload + 1}"
             assert status_of(bal, "default", "a2") == "MAINT", f"reload {reload + 1}"
             answers = [
-                call(bal.url, "/v1/chat/completions", KEY, chat("default")) for _ in range(6)
+                call(bal.url, "/v1/chat/completions", KEY, chat("default")) for _attempt in range(6)
             ]
             assert {json.loads(body)["host"] for _s, _h, body in answers} == {"a3"}
         assert not three["a1"].seen
