@@ -48,6 +48,7 @@ def role_vars(folder, port, **overrides):
         vllm_balancer_api_keys_file=str(folder / "api-keys.lst"),
         vllm_balancer_upstream_key_file=str(folder / "upstream-key.map"),
         vllm_balancer_socket=str(folder / "admin.sock"),
+        vllm_balancer_server_state_file=str(folder / "server-state"),
         vllm_balancer_stats_port=free_port(),
         # HAProxy runs as the test's user, without chroot or syslog.
         vllm_balancer_user="",
@@ -108,8 +109,9 @@ class Balancer:
 
 
 @contextlib.contextmanager
-def balancer(tmp_path, **overrides):
-    """haproxy with the role's configuration (and keys); yields a Balancer."""
+def balancer(tmp_path, master=False, **overrides):
+    """haproxy with the role's configuration (and keys); yields a Balancer. `master`: in
+    master-worker mode (-W, as Debian's unit runs it), so SIGUSR2 to `pid` reloads it."""
     folder = tmp_path / "haproxy"
     folder.mkdir()
     port = free_port()
@@ -117,7 +119,8 @@ def balancer(tmp_path, **overrides):
     rc, out = check_config(config)
     assert rc == 0, out
     log = (folder / "haproxy.log").open("w")
-    proc = subprocess.Popen([HAPROXY, "-db", "-f", str(config)], stdout=log,
+    mode = ["-W", "-db"] if master else ["-db"]
+    proc = subprocess.Popen([HAPROXY, *mode, "-f", str(config)], stdout=log,
                             stderr=subprocess.STDOUT)
     runtime = Runtime(str(folder / "admin.sock"))
     try:

@@ -92,7 +92,7 @@ def nginx(prefix, site_text, port, worker_connections=64, rlimit_nofile=None):
     """Debian's nginx in `prefix` with `site_text` in its http block, until it listens on port."""
     temp = prefix / "temp"
     for d in (prefix / "logs", temp):
-        d.mkdir(parents=True)
+        d.mkdir(parents=True, exist_ok=True)  # a second start in the same prefix (a reboot)
     (prefix / "site.conf").write_text(site_text)
     user = "user root root;\n" if os.geteuid() == 0 else ""  # workers write in tmp_path
     (prefix / "nginx.conf").write_text(

@@ -28,6 +28,15 @@ then carried by a worker of the old generation, which exits once its last reques
 (nginx's graceful reload), and `admitted()` counts those workers until they are gone. The
 drain waits for them as it waits for vLLM's own count.
 
+A switch's transient state does not outlive the boot that cut it (issue 46, case 1). The
+hold files live in /run (tmpfs: gone at boot; nginx's `-f` test of a missing file is simply
+false, so the configuration parses either way). The upstream a hold stages (green's) lives
+in /etc, so the upstream in force before the switch is kept beside it
+(`<upstream>.before-switch`, PRESWITCH_SUFFIX) from the hold until the switch ends; the
+front door's boot unit (roles/vllm_frontdoor/templates/vllm-fleet-frontdoor-boot.service.j2,
+ordered before nginx) puts it back, since a switch a reboot cut never wrote the record:
+after boot nginx sends to the record's active model, whose unit is the one still enabled.
+
 Measured on the lab (nginx 1.22, 2 cores): a switch by reload costs nginx -t
 (8-15 ms), systemctl reload (29-51 ms), then 105-160 ms before new workers
 answer: nginx's master starts them and sleeps 100 ms before it tells the old
@@ -73,6 +82,10 @@ def keepalive_timeout_ms(server_keepalive_s):
 
 
 # The front door's states, as the upstream file sets them (the 503 says which).
+# Beside the upstream file while a switch holds the front door: the upstream from before
+# the switch, which the boot unit restores (its template names the same suffix).
+PRESWITCH_SUFFIX = ".before-switch"
+
 SERVING = "serving"  # an active model behind it
 SWITCHING = "switching"  # a cutover holds the front door: no model for a moment
 IDLE = "idle"  # no model deployed, or none could be brought back
@@ -252,6 +265,8 @@ class FrontDoor:
         # the workers that ran before the last reload: each carries requests it let through
         # before then until they end, and exits after them (None: not known)
         self.fenced = None
+        # the upstream from before the switch, kept while a switch is under way
+        self.before_file = upstream_file + PRESWITCH_SUFFIX
 
     def workers(self):
         """nginx's worker pids now (the master's children, `pgrep -P`), None when unknown."""
@@ -280,12 +295,41 @@ class FrontDoor:
         """Whether a hold is on (a switch holds the front door, or one died holding it)."""
         return bool(self.hold_file) and os.path.exists(self.hold_file)
 
+    def _keep_before(self):
+        """A switch begins: keep the upstream in force now beside the file (once: a switch
+        re-run after one that died keeps the first one's), so a reboot that cuts the switch
+        goes back to it. Nothing when there is no upstream yet."""
+        if os.path.exists(self.before_file):
+            return
+        current = self.current()
+        if current is None:
+            return
+        try:
+            write_atomic(self.before_file, current, prefix=".upstream.")
+        except OSError as exc:
+            raise FrontDoorError(f"cannot keep the front door's upstream from before the switch "
+                                 f"in {self.before_file}: {exc.strerror or exc}") from None
+
+    def _drop_before(self):
+        """The switch has ended (its upstream is final): nothing to go back to at boot."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.before_file)
+
+    @staticmethod
+    def _make_folder(path):
+        """The hold files' folder, in /run: gone after a reboot, made again (0755: nginx's
+        workers must see the files)."""
+        folder = os.path.dirname(path)
+        if folder:
+            os.makedirs(folder, mode=0o755, exist_ok=True)
+
     def mark_warm(self, warm):
         """Say (or stop saying) that the switch is warm: the hold's Retry-After follows."""
         if not (self.hold_file and self.warm_file):
             return
         if warm:
             try:
+                self._make_folder(self.warm_file)
                 write_atomic(self.warm_file, "a warm switch holds the front door\n",
                              prefix=".hold-warm.")
             except OSError as exc:
@@ -303,8 +347,10 @@ class FrontDoor:
         if not self.hold_file:
             return self.point(None)  # its reload fences what passed before it
         start = self.clock()
+        self._keep_before()
         self.mark_warm(warm)
         try:
+            self._make_folder(self.hold_file)
             write_atomic(self.hold_file, "a model switch holds the front door\n",
                          prefix=".hold.")
         except OSError as exc:
@@ -363,7 +409,12 @@ class FrontDoor:
         the reload fails.
         """
         start = self.clock()
+        final = port is not None or not switching  # else a switch holds it by pointing
+        if not final:
+            self._keep_before()
         reloaded = self._reload_with(self.wanted(port, model, switching))
+        if final:
+            self._drop_before()  # the switch has ended: this upstream is the one to boot with
         self._release()
         # After a reload old workers may still answer the old way for a moment; a hold's
         # end needs no such wait (the upstream was staged long before).

@@ -172,6 +172,10 @@ options:
             every request). A sequential switch holds the front door with it and points the
             upstream at green behind it, so its outage holds no nginx reload. Omit to hold
             by pointing the upstream at nothing (a reload each way).
+          - Keep it on a tmpfs (the role's C(/run/vllm-fleet/switching)) so a reboot cannot
+            leave it. From the hold to the switch's end the upstream from before it is kept
+            in C(<upstream_file>.before-switch); the front door role's boot unit puts it back
+            before nginx starts (a switch a reboot cut never wrote the record).
         type: path
       pid_file:
         description:
