@@ -146,7 +146,8 @@ CACHE_ENV_WHY = ("the unit keeps compiled kernels under the service home "
 # (tests/unit/plugins/module_utils/test_serve_args.py reads them from roles/).
 PRODUCT_UNIT_PREFIX = "fleet-"
 PRODUCT_UNITS = ("vllm-fleet-nvidia-nodes.service", "vllm-fleet-probe.service",
-                 "vllm-fleet-probe.timer", "vllm-fleet-replica-firewall.service")
+                 "vllm-fleet-probe.timer", "vllm-fleet-replica-firewall.service",
+                 "vllm-fleet-frontdoor-boot.service", "vllm-fleet-reboot-lock.service")
 # A model name's longest: its unit vllm-<name>.service, its link, its rank
 # file and its journal identifier stay far under systemd's 255-character unit
 # names and Linux's 255-byte file names, and a name still reads in a table.

@@ -14,6 +14,7 @@ both servers came back UP after the reload.
 import json
 import os
 import signal
+import subprocess
 import threading
 
 import pytest
@@ -26,6 +27,7 @@ from unit.module_harness import run_module
 pytestmark = pytest.mark.skipif(not HAVE_HAPROXY, reason="haproxy is not installed")
 
 KEY = "client-key-for-the-balancer-0123"
+RELOAD_WAIT_S = 60
 
 
 @pytest.fixture
@@ -61,10 +63,15 @@ def reload_as_the_role_does(bal):
         except OSError:
             return False  # the new worker has not bound the socket yet
 
+    # 60 s, not the module's 15: one run with Molecule and pytest -n 2 beside it on 2 cores
+    # (2026-12-06) saw no new worker within 15 s, the old one already soft-stopped; alone and
+    # under a load of 2-4 a reload takes well under a second.
     try:
-        wait_for(new_worker, "the reload's new worker")
+        wait_for(new_worker, "the reload's new worker", timeout=RELOAD_WAIT_S)
     except AssertionError:
-        raise AssertionError((bal.folder / "haproxy.log").read_text()[-3000:]) from None
+        ps = subprocess.run(["ps", "-o", "pid,ppid,stat,etime,args", "-C", "haproxy"],
+                            capture_output=True, text=True, check=False).stdout
+        raise AssertionError(f"{(bal.folder / 'haproxy.log').read_text()[-3000:]}\n{ps}") from None
     return saved
 
 
