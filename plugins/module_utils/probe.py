@@ -130,8 +130,8 @@ class Settings:
 
 
 class Outcome:
-    """What one run decided: `verdict` (ok, failed, busy, skipped, restarted, idle), the line for
-    the journal (empty when there is nothing to say) and the state to keep."""
+    """What one run decided: `verdict` (ok, failed, busy, blind, skipped, restarted, idle), the
+    line for the journal (empty when there is nothing to say) and the state to keep."""
 
     def __init__(self, verdict, message, state):
         self.verdict = verdict
