@@ -47,6 +47,8 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.units import (
     unit_pids,
 )
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.warm_switch import (
+    recorded_model,
+    refuse_level_2,
     resolve_strategy,
     sleep_residual_bytes,
 )
@@ -409,7 +411,16 @@ class Cutover:
     def _check_memory_now(self):
         self._check_memory(self._snapshot())
 
+    def _refuse_level_2(self, blue):
+        """Level 2 as asked (a run whose tags skipped the plan): refused where a run or report
+        showed blue's level-2 wake failing, as the plan refuses it."""
+        if blue and self.warm and self.settings.sleep_level == LEVEL_DISCARDS_WEIGHTS:
+            refused = refuse_level_2(recorded_model(blue))
+            if refused:
+                raise CutoverError(refused)
+
     def _preflight(self, blue):
+        self._refuse_level_2(blue)
         if self.green.get("gpus") and self.gpu_processes is not None:
             snap = self._snapshot()
             procs = snap.get("processes")

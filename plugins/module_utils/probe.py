@@ -24,6 +24,16 @@ idle server or a stalled engine, whatever its gauges say), or /metrics
 unreadable (a dead API server). A busy run does not end the row of failed
 probes (no answer came); an answer does.
 
+Blind is not dead either (issue 44 item 5). Where /metrics answers but holds
+none of those counters (vLLM's --disable-log-stats, --api-server-count > 1:
+vllm-project/vllm pull request 22227; the product refuses both in a catalog
+entry, serve_args.PRODUCT_OPTIONS, but a unit edited by hand can still set
+them), the probe cannot tell busy from dead: a gate that failed by timing out
+is `blind`, said on stdout ("cannot tell busy from dead"), not counted and
+never a restart (a saturated engine times out too); the state keeps `blind`
+with the reason. A gate that failed with an answer (/health 503, a wrong
+model list, an error page) still counts: an answer is not a timeout.
+
 It never restarts:
   - a unit a cutover is acting on: the cutover holds the host's switch lock
     (an flock, switch_lock.py: it dies with its holder, so it is never stale),
@@ -81,6 +91,10 @@ except ImportError:  # on the host: shipped beside health.py and switch_lock.py 
 OK, FAILED, SKIPPED, RESTARTED, IDLE = "ok", "failed", "skipped", "restarted", "idle"
 # The gate failed while the engine made progress: not counted (see above).
 BUSY = "busy"
+# /metrics answers without vLLM's counters and the gate timed out: not counted (see above).
+BLIND = "blind"
+NO_COUNTERS = "/metrics has none of vLLM's progress counters"
+CANNOT_TELL = "cannot tell busy from dead"
 # The record lists the active model among its sleepers: not probed (see above).
 SLEEPING = "sleeping"
 # A replica's worker started or stopped by its watch (replica_watch.py).
@@ -116,8 +130,8 @@ class Settings:
 
 
 class Outcome:
-    """What one run decided: `verdict` (ok, failed, busy, skipped, restarted, idle), the line for
-    the journal (empty when there is nothing to say) and the state to keep."""
+    """What one run decided: `verdict` (ok, failed, busy, blind, skipped, restarted, idle), the
+    line for the journal (empty when there is nothing to say) and the state to keep."""
 
     def __init__(self, verdict, message, state):
         self.verdict = verdict
@@ -209,7 +223,7 @@ def read_progress(url, request, timeout):
     totals = metric_totals(res.body)
     counters = {name: totals[name] for name, _label in PROGRESS if name in totals}
     if not counters:
-        return None, "/metrics has none of vLLM's progress counters"
+        return None, NO_COUNTERS
     return {"running": int(totals.get(RUNNING, 0)), "waiting": int(totals.get(WAITING, 0)),
             "counters": counters}, ""
 
@@ -228,7 +242,8 @@ def progress(before, after):
 
 
 def _probe_active(settings, active, props, state, request, monotonic):
-    """(Outcome, None) when the probe settles it (healthy, starting, busy), else (None, why)."""
+    """(Outcome, None) when the probe settles it (healthy, starting, blind, busy), else
+    (None, why)."""
     unit = active["unit"]
     invocation = props.get("InvocationID")
     timeout = min(settings.timeout_s, METRICS_TIMEOUT_S)
@@ -245,11 +260,9 @@ def _probe_active(settings, active, props, state, request, monotonic):
     if reading is not None:
         reading.update(at=monotonic(), invocation=invocation)
         state = dict(state, progress=reading)
+    blind = reading is None and error == NO_COUNTERS
     if ok:
-        recovered = state.get("failures", 0) > 0 or "busy" in state
-        state = dict(state, failures=0, healthy_invocation=invocation)
-        state.pop("busy", None)
-        return Outcome(OK, f"{unit}: healthy again ({detail})" if recovered else "", state), None
+        return _healthy(unit, detail, state, invocation, blind), None
     limit = active.get("startup_timeout_s", 900)
     up_s = startup_window(props, monotonic(), limit, state.get("healthy_invocation"))
     if up_s is not None:
@@ -257,10 +270,16 @@ def _probe_active(settings, active, props, state, request, monotonic):
                                  f"window, not healthy yet: {stage}: {detail}); not counted"),
                        dict(state, failures=0)), None
     failed = f"failed its health probe at {stage}: {detail}"
-    if reading is None:
-        return None, f"{failed}; no progress known: {error}"
-    if before is None:
-        return None, f"{failed}; no progress known: no earlier /metrics reading of this start"
+    if blind and TIMED_OUT in detail:
+        count = state.get("failures", 0)
+        state = dict(state, blind=BLIND_WHY)
+        state.pop("busy", None)
+        return Outcome(BLIND, (f"{unit}: {CANNOT_TELL}, not counted: it {failed}, and {BLIND_WHY}; "
+                               f"not restarted on timeouts alone (failure count stays {count} "
+                               f"of {settings.failures})"), state), None
+    if reading is None or before is None:
+        return None, (f"{failed}; no progress known: "
+                      + (error or "no earlier /metrics reading of this start"))
     advanced, figures = progress(before, reading)
     if not advanced:
         return None, f"{failed}; no progress {figures}"
@@ -269,6 +288,31 @@ def _probe_active(settings, active, props, state, request, monotonic):
     return Outcome(BUSY, (f"{unit}: busy, not counted: it {failed}, but its engine made progress "
                           f"{figures} (failure count stays {count} of {settings.failures})"),
                    dict(state, busy=busy)), None
+
+
+# What urllib says of a request that outlasted its timeout (socket.timeout's text).
+TIMED_OUT = "timed out"
+BLIND_WHY = ("/metrics answers without vLLM's counters (vllm:num_requests_running, "
+             "vllm:iteration_tokens_total_count ...: --disable-log-stats or "
+             "--api-server-count > 1 remove them)")
+
+
+def _healthy(unit, detail, state, invocation, blind):
+    """The Outcome of a gate that passed: the count ends; a blind probe says so once."""
+    recovered = state.get("failures", 0) > 0 or "busy" in state or "blind" in state
+    first_blind = blind and state.get("blind_invocation") != invocation
+    state = dict(state, failures=0, healthy_invocation=invocation)
+    state.pop("busy", None)
+    state.pop("blind", None)
+    if blind:
+        state["blind_invocation"] = invocation
+    else:
+        state.pop("blind_invocation", None)
+    lines = [f"{unit}: healthy again ({detail})"] if recovered else []
+    if first_blind:
+        lines.append(f"{unit}: {CANNOT_TELL}: {BLIND_WHY}; a timed-out probe will not be "
+                     "counted")
+    return Outcome(OK, "; ".join(lines), state)
 
 
 def sleeper(record, model):
@@ -294,6 +338,7 @@ def _asleep(record, active, state):
     since = f" since {asleep['since']}" if asleep.get("since") else ""
     state = dict(state, failures=0)
     state.pop("busy", None)
+    state.pop("blind", None)
     return Outcome(SLEEPING, f"{active['unit']}: sleeping (level {level}{since}), not probed",
                    state)
 
@@ -329,6 +374,7 @@ def decide(settings, record, state, *, run_command, request, wall, monotonic, st
         why = (f"is {props.get('ActiveState')} ({props.get('SubState')}) while the deployment "
                f"record names it the active model")
     state.pop("busy", None)
+    state.pop("blind", None)
     failures = state.get("failures", 0) + 1
     if failures < settings.failures:
         state["failures"] = failures

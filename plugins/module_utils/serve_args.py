@@ -58,7 +58,9 @@ NVIDIA_CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-to
 #   3.11), so `--hos` is `--host` when no other option starts so;
 # - boolean options take `--no-<name>` too (engine/arg_utils.py get_kwargs:
 #   argparse.BooleanOptionalAction);
-# - none of these has a short form (`-tp`, `-q`, `-O` ... are others').
+# - one has a short form: `-asc` is --api-server-count (vllm/entrypoints/launchers/
+#   cli_args.py); argparse reads `-asc=2`, and its abbreviations `-as` and `-a`, as it
+#   (SHORT_OPTIONS; `-tp`, `-q`, `-O` ... are others').
 PRODUCT_OPTIONS = {
     "host": "the unit binds vllm_service_host (127.0.0.1) behind the front door",
     "port": "the catalog entry's port field sets it",
@@ -91,6 +93,8 @@ PRODUCT_OPTIONS = {
     "enable-log-requests": ("it writes request parameters (and at DEBUG the prompts) into the "
                             "journal"),
 }
+# Short forms of product options (vLLM 0.32), by their word.
+SHORT_OPTIONS = {"-asc": "api-server-count"}
 # The boolean ones also take `--no-<name>`.
 _NEGATABLE = ("enable-server-load-tracking", "enable-sleep-mode", "disable-log-stats",
               "enable-elastic-ep", "enable-fault-tolerance", "enable-log-requests")
@@ -243,6 +247,10 @@ def product_option(word):
     No option of vLLM 0.32 is itself a strict prefix of these names.
     """
     text = str(word)
+    if text.startswith("-") and not text.startswith("--"):
+        short = text.split("=", 1)[0]
+        return next((option for form, option in SHORT_OPTIONS.items()
+                     if len(short) > 1 and form.startswith(short)), None)
     if not text.startswith("--"):
         return None
     name = text[2:].split("=", 1)[0].split(".", 1)[0].replace("_", "-")

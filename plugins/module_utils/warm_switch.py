@@ -38,6 +38,7 @@ share the catalog gave, the 1 - share headroom untouched), its fit is worked
 out again at that share (model_fit), and vLLM's check is applied per GPU.
 """
 
+import json
 import math
 from decimal import ROUND_FLOOR, Decimal
 
@@ -206,7 +207,49 @@ def served_model(name, entry, fit, mode):
         "sized": bool(fit.get("sized", bool(fit))),
         "mla": any(spec.get("type") == "mla" for spec in fit.get("kv_layout_specs") or []),
         "architecture": fit.get("architecture"),
+        "speculative": speculative_method(entry),
     }
+
+
+SPECULATIVE_FLAG = "--speculative-config"
+
+
+def _spec_method(value):
+    """The method a speculative_config value names ('speculative decoding' when it names
+    none); None for an empty one."""
+    if value in (None, "", {}, False):
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return "speculative decoding"
+    method = value.get("method") if isinstance(value, dict) else None
+    return str(method) if method else "speculative decoding"
+
+
+def speculative_method(entry):
+    """The speculative decoding a catalog entry (as served) asks vLLM for: its
+    serve.speculative_config, else a --speculative-config word in extra_args (any
+    spelling vLLM reads: `_` for `-`, `--speculative-config=...`, `--speculative-config.method
+    mtp`); its method (mtp, eagle3, ...), or None."""
+    entry = entry or {}
+    serve = entry.get("serve") or {}
+    for key in ("speculative_config", "speculative-config"):
+        if serve.get(key) not in (None, "", {}):
+            return _spec_method(serve[key])
+    words = [str(word) for word in entry.get("extra_args") or []]
+    for index, word in enumerate(words):
+        name, sep, value = word.partition("=")
+        name = name.replace("_", "-")
+        base, dot, key = name.partition(".")
+        if base != SPECULATIVE_FLAG:
+            continue
+        following = words[index + 1] if index + 1 < len(words) else ""
+        if dot:  # --speculative-config.method mtp
+            return (value or following) if key == "method" else "speculative decoding"
+        return _spec_method(value if sep else following) or "speculative decoding"
+    return None
 
 
 # Host RAM a level-1 sleeper pins, per byte of its weights: vLLM backs each GPU allocation up
@@ -456,6 +499,10 @@ def plan_switch(blue, green, *, gpus, host_ram_bytes=None,
 def _summarise(plan):
     """plan["summary"] (one line) and plan["lines"] (the step's lines for plan.yml)."""
     head = f"{plan['blue']} -> {plan['green']}"
+    if plan["mode"] == "refused":
+        plan["summary"] = f"{head}: REFUSED: " + "; ".join(plan["reasons"])
+        plan["lines"] = [f"{head}: REFUSED"] + [f"  why:   {reason}" for reason in plan["reasons"]]
+        return plan
     if plan["mode"] == "cold":
         plan["summary"] = f"{head}: COLD: " + "; ".join(plan["reasons"])
         plan["lines"] = [f"{head}: COLD"] + [f"  why:   {reason}" for reason in plan["reasons"]]
@@ -628,6 +675,8 @@ def recorded_model(entry):
         "sized": not gpus or weights not in (None, ""),
         "mla": bool(sizing.get("mla")),
         "architecture": sizing.get("architecture"),
+        # A record written before it kept this: not known (level_2_failure says so).
+        "speculative": sizing.get("speculative", UNRECORDED) if sizing else None,
     }
 
 
@@ -641,7 +690,8 @@ def record_sizing(green, share):
             "tensor_parallel_size": int(green["tensor_parallel_size"]),
             "gpu_memory_utilization": share,
             "catalog_gpu_memory_utilization": green["gpu_memory_utilization"],
-            "mla": bool(green.get("mla")), "architecture": green.get("architecture")}
+            "mla": bool(green.get("mla")), "architecture": green.get("architecture"),
+            "speculative": green.get("speculative")}
 
 
 def _kept_share(green, entry):
@@ -671,7 +721,8 @@ MLA_LEVEL_2 = ("its wake would reload the weights with vLLM's reload_weights, wh
 
 
 # Architectures whose level-2 wake a GPU run showed failing, with the vLLM version it held
-# for: auto does not put them to sleep at level 2 (they stop instead).
+# for: auto does not put them to sleep at level 2 (they stop instead), and an explicit
+# vllm_fleet_sleep_level: 2 is refused before any change (level_2_refusal).
 LEVEL_2_FAILS = {
     "MiniMaxM2ForCausalLM": (
         "its level-2 wake failed on the GPU (H100 80GB and H200, vLLM 0.26.0, issue 43's "
@@ -679,14 +730,39 @@ LEVEL_2_FAILS = {
         "no attribute '__name__'\" (its q_norm/k_norm weight loader is a partial, vLLM's "
         "reload/layerwise.py reads __name__)"),
 }
+# Speculative decoding after a level-2 wake (public reports, not measured here): vLLM's
+# reload_weights reloads the target model only, so MTP drafts are all rejected after the
+# wake (vllm-project/vllm#52479, open: outputs correct, decode ~0.5x) and EAGLE3 crashes
+# (vllm-project/vllm#55013). Auto never puts such a model to sleep at level 2, and an
+# explicit level 2 is refused (level_2_refusal).
+SPECULATIVE_LEVEL_2 = ("its wake reloads the target model's weights only (vLLM's "
+                       "reload_weights): after a level-2 wake MTP drafts are all rejected "
+                       "(vllm-project/vllm#52479: decode ~0.5x) and EAGLE3 crashes "
+                       "(vllm-project/vllm#55013)")
+# recorded_model()'s `speculative` for a record written before the record kept it.
+UNRECORDED = "not recorded"
 
 
-def level_2_failure(model):
-    """Why a level-2 wake of this model is known to fail (LEVEL_2_FAILS, MLA_LEVEL_2), or
-    None."""
+def level_2_refusal(model):
+    """Why an explicit vllm_fleet_sleep_level: 2 is refused for this model (a run or report
+    showed its level-2 wake failing: LEVEL_2_FAILS, speculative decoding), or None. MLA is
+    not refused: a GPU run woke a bf16 MLA shape from level 2."""
     model = model or {}
     if model.get("architecture") in LEVEL_2_FAILS:
         return LEVEL_2_FAILS[model["architecture"]]
+    spec = model.get("speculative")
+    if spec and spec != UNRECORDED:
+        return f"it decodes speculatively ({spec}): {SPECULATIVE_LEVEL_2}"
+    return None
+
+
+def level_2_failure(model):
+    """Why a level-2 wake of this model is known to fail, or not known to work
+    (level_2_refusal, MLA_LEVEL_2, a record that does not say), or None."""
+    model = model or {}
+    refusal = level_2_refusal(model)
+    if refusal:
+        return refusal
     if model.get("mla"):
         return MLA_LEVEL_2
     if model.get("gpus") and not model.get("architecture"):
@@ -695,16 +771,46 @@ def level_2_failure(model):
         return ("its architecture is not in the deployment record (written before the "
                 "record kept it), so no run shows its level-2 wake working; a switch that "
                 "deploys it again records it")
+    if model.get("gpus") and model.get("speculative") == UNRECORDED:
+        return ("whether it decodes speculatively is not in the deployment record (written "
+                "before the record kept it): " + SPECULATIVE_LEVEL_2 + "; a switch that "
+                "deploys it again records it")
     return None
 
 
+def refuse_level_2(blue):
+    """The message that refuses vllm_fleet_sleep_level: 2 for blue, or None."""
+    why = level_2_refusal(blue)
+    if not why:
+        return None
+    return (f"vllm_fleet_sleep_level is 2, but {blue['name']} must not sleep at level 2: "
+            f"{why}. Set vllm_fleet_sleep_level: 1 (level 1 keeps its weights in host RAM) "
+            f"or auto (level 1 where the host RAM holds it, else a cold switch), or "
+            f"vllm_fleet_switch_mode: cold")
+
+
+def _what(blue):
+    """How a cold reason names blue's kind."""
+    if level_2_refusal(blue) and blue.get("architecture") not in LEVEL_2_FAILS:
+        return f"decodes speculatively ({blue['speculative']})"
+    if blue.get("mla") and not level_2_refusal(blue):
+        return "is MLA"
+    return "is " + (blue.get("architecture") or "of an architecture not recorded")
+
+
 def _settle(plan, green, level_asked, blue=None):
-    """Apply vllm_fleet_sleep_level to a warm plan: 2 forces level 2, 1 makes a host that
-    cannot hold level 1 switch cold; auto does not choose level 2 for an MLA blue (it stops:
-    MLA_LEVEL_2); a model on no GPU frees nothing, so its level is the one asked (auto: 1)."""
+    """Apply vllm_fleet_sleep_level to a warm plan: 2 forces level 2 unless a run or report
+    showed blue's level-2 wake failing (refused: mode "refused", refuse_level_2), 1 makes a
+    host that cannot hold level 1 switch cold; auto does not choose level 2 for a blue whose
+    level-2 wake is known to fail or not known to work (it stops: level_2_failure); a model
+    on no GPU frees nothing, so its level is the one asked (auto: 1)."""
     if plan["mode"] != "warm":
         return plan
-    if not green["gpus"]:
+    refused = refuse_level_2(blue) if level_asked == "2" else None
+    if refused:
+        plan.update(mode="refused", level=None, refused=refused)
+        plan["reasons"] = [refused]
+    elif not green["gpus"]:
         level = 2 if level_asked == "2" else 1
         plan.update(level=level, host=None)
         plan["reasons"][-1] = (f"no GPU: its sleep frees no GPU memory (vLLM on CPU ignores "
@@ -720,13 +826,12 @@ def _settle(plan, green, level_asked, blue=None):
                            + " (set vllm_fleet_sleep_level: auto to sleep at level 2)"]
     elif (level_asked == "auto" and plan["level"] == LEVEL_DISCARDS_WEIGHTS
           and level_2_failure(blue)):
-        what = "MLA" if (blue or {}).get("mla") else (blue.get("architecture")
-                                                      or "of an architecture not recorded")
         plan.update(mode="cold", level=None)
-        plan["reasons"] = [f"{blue['name']} is {what} and level 1 does not fit ("
+        allowed = ("vllm_fleet_sleep_level: 2 tries level 2 anyway" if not level_2_refusal(blue)
+                   else "vllm_fleet_sleep_level: 2 is refused for it")
+        plan["reasons"] = [f"{blue['name']} {_what(blue)} and level 1 does not fit ("
                            + plan["host"]["shortfall"] + "); level 2: "
-                           + level_2_failure(blue) + ". It stops instead "
-                           "(vllm_fleet_sleep_level: 2 tries level 2 anyway)"]
+                           + level_2_failure(blue) + f". It stops instead ({allowed})"]
     return _summarise(plan)
 
 

@@ -74,8 +74,13 @@ options:
     default: cold
   sleep_level:
     description:
-      - V(auto) - level 1 when the host RAM holds the active model's weights, else level 2.
-        V(1) - level 1, or a cold switch when it does not fit. V(2) - level 2.
+      - V(auto) - level 1 when the host RAM holds the active model's weights, else level 2;
+        a cold switch instead of level 2 for a model whose level-2 wake is known to fail or
+        not known to work (an architecture a GPU run showed failing, MLA, speculative
+        decoding, see vllm-project/vllm#52479, vllm-project/vllm#55013).
+        V(1) - level 1, or a cold switch when it does not fit. V(2) - level 2; refused
+        (the module fails, nothing changed) for an architecture a GPU run showed failing
+        or a model with C(speculative_config).
     type: str
     choices: [auto, "1", "2"]
     default: auto
@@ -135,7 +140,10 @@ warm_plan:
   type: dict
   contains:
     mode:
-      description: V(warm) - the active model sleeps; V(cold) - it stops (or no switch).
+      description:
+        - V(warm) - the active model sleeps; V(cold) - it stops (or no switch).
+        - V(refused) - O(sleep_level=2) for a model whose level-2 wake a run or report showed
+          failing; the module fails with RV(warm_plan.refused).
       type: str
       sample: warm
     switch:
@@ -156,6 +164,10 @@ warm_plan:
     green_wakes:
       description: Green sleeps from an earlier switch and wakes instead of starting.
       type: bool
+    refused:
+      description: Why O(sleep_level=2) is refused and how to proceed (only when RV(warm_plan.mode) is V(refused)).
+      type: str
+      returned: when refused
     reasons:
       description: Why, in numbers (host RAM and GPU memory in GiB).
       type: list
@@ -179,7 +191,8 @@ warm_plan:
       description:
         - What the record keeps of green (C(weights_bytes_per_gpu), C(gpus_needed),
           C(tensor_parallel_size), C(gpu_memory_utilization) it starts with,
-          C(catalog_gpu_memory_utilization)); empty for a model on no GPU or not sized.
+          C(catalog_gpu_memory_utilization), C(mla), C(architecture), C(speculative) - the speculative
+          decoding method or null); empty for a model on no GPU or not sized.
       type: dict
 """
 
@@ -241,6 +254,10 @@ def main():
         result = plan(p, module.run_command, gpu_host.LiveHost(module.run_command, None))
     except (warm_switch.WarmSwitchError, records.RecordError) as exc:
         module.fail_json(msg="warm switch plan for %s: %s" % (p["model"], exc))
+    if result.get("mode") == "refused":
+        # An explicit level a run or report showed failing: nothing has changed yet.
+        module.fail_json(msg="warm switch to %s refused before any change: %s"
+                         % (p["model"], result["refused"]), warm_plan=result)
     module.exit_json(changed=False, warm_plan=result)
 
 

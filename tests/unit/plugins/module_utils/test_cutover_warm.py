@@ -555,3 +555,27 @@ def test_blues_fingerprint_path_is_warmed_before_the_hold_and_taken_drained_insi
     assert len(prints_at) == 2
     assert prints_at[0] < hold < prints_at[1] < slept
     assert {"fingerprint_warmup", "fingerprint"} <= set(result["phases"])
+
+
+def test_level_2_asked_for_a_blue_that_decodes_speculatively_is_refused_before_any_change(
+        tmp_path, port):
+    """A run whose tags skipped the plan passes vllm_fleet_sleep_level 2 as asked: the switch
+    refuses it for a blue whose record says it decodes speculatively (vllm#52479, #55013)
+    before it touches anything; blue serves on, awake."""
+    world = World(tmp_path, port)
+    record = world.saved()
+    record["active"]["sizing"] = {"architecture": "Qwen3NextForCausalLM", "speculative": "mtp"}
+    record_mod.write(str(world.state_file), record)
+    error = world.fail(sleep_level=2)
+    assert error.msg.startswith(
+        "cutover to green refused before any change: vllm_fleet_sleep_level is 2, but blue "
+        "must not sleep at level 2: it decodes speculatively (mtp): its wake reloads the "
+        "target model's weights only")
+    assert "vllm-project/vllm#52479" in error.msg
+    assert "Set vllm_fleet_sleep_level: 1" in error.msg
+    assert error.msg.endswith("blue is still serving.")
+    assert world.host.state_calls() == []
+    assert (world.b.active_state, world.b.asleep) == ("active", 0)
+    assert world.saved()["active"]["model"] == "blue"
+    # Level 1 asked: the same blue sleeps as before.
+    assert world.run(sleep_level=1)["sleep_level"] == 1

@@ -5,11 +5,15 @@ stale), an inactive unit, and the state kept between runs (a real state file, re
 busy is not dead: a saturated engine that steps (vLLM's real /metrics page, fake host) is
 never restarted, a stalled or unreadable one is."""
 
+import contextlib
 import io
 import json
 import os
 import subprocess
 import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -433,3 +437,114 @@ def test_another_models_sleeper_does_not_stop_the_active_ones_probe(files):
     Path(files["record"]).write_text(json.dumps({"active": ACTIVE, "sleeping": [other]}))
     outcome, said = run(files, Host(), failures=2)
     assert (outcome.verdict, said) == ("ok", "")
+
+
+# --- blind is not dead (issue 44 item 5): a real loopback server, the probe's own urllib ------
+
+# What vLLM's /metrics keeps with --disable-log-stats (or on an API server of several that
+# does not own the counters): the Python process's metrics, none of vLLM's.
+BLIND_PAGE = ("# HELP python_gc_objects_collected_total Objects collected during gc\n"
+              "# TYPE python_gc_objects_collected_total counter\n"
+              'python_gc_objects_collected_total{generation="0"} 12345.0\n'
+              "# HELP process_resident_memory_bytes Resident memory size in bytes.\n"
+              "# TYPE process_resident_memory_bytes gauge\n"
+              "process_resident_memory_bytes 2.1e+09\n")
+# The same page with vLLM's counters, flat: nothing runs and nothing steps.
+FLAT_PAGE = BLIND_PAGE + (
+    'vllm:num_requests_running{engine="0",model_name="tiny-gqa"} 0.0\n'
+    'vllm:num_requests_waiting{engine="0",model_name="tiny-gqa"} 0.0\n'
+    'vllm:iteration_tokens_total_count{engine="0",model_name="tiny-gqa"} 77.0\n'
+    'vllm:generation_tokens_total{engine="0",model_name="tiny-gqa"} 1234.0\n'
+    'vllm:prompt_tokens_total{engine="0",model_name="tiny-gqa"} 567.0\n')
+HEALTH_HANG_S = 1.5  # longer than the probe's timeout below
+
+
+class _Hanging(BaseHTTPRequestHandler):
+    """/metrics answers the server's page at once; /health answers after HEALTH_HANG_S."""
+
+    page = BLIND_PAGE
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        if self.path == "/health":
+            time.sleep(HEALTH_HANG_S)
+        body = (self.page if self.path == "/metrics" else "").encode()
+        with contextlib.suppress(OSError):  # the probe gave up on /health and closed
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+
+@contextlib.contextmanager
+def loopback(page):
+    handler = type("Handler", (_Hanging,), {"page": page})
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    srv.daemon_threads = True
+    thread = threading.Thread(target=srv.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_address[1]}"
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def probe_loopback(files, page, runs=3):
+    host = Host()
+    outcomes = []
+    with loopback(page) as url:
+        Path(files["record"]).write_text(json.dumps({"active": dict(ACTIVE, url=url)}))
+        for _run in range(runs):
+            out = io.StringIO()
+            outcomes.append((probe.run(settings(files, failures=3, timeout_s=0.3),
+                                       run_command=host.run_command, wall=lambda: WALL,
+                                       monotonic=lambda: host.monotonic_now, out=out),
+                             out.getvalue()))
+    return host, outcomes
+
+
+def test_metrics_without_vllms_counters_and_a_hanging_health_is_blind_never_restarted(files):
+    host, outcomes = probe_loopback(files, BLIND_PAGE, runs=4)
+    assert [o.verdict for o, _said in outcomes] == ["blind"] * 4
+    assert host.restarts() == []
+    assert outcomes[-1][1] == (
+        f"{UNIT}: cannot tell busy from dead, not counted: it failed its health probe at "
+        "health: GET /health: timed out, and /metrics answers without vLLM's counters "
+        "(vllm:num_requests_running, vllm:iteration_tokens_total_count ...: "
+        "--disable-log-stats or --api-server-count > 1 remove them); not restarted on "
+        "timeouts alone (failure count stays 0 of 3)\n")
+    state = kept(files)
+    assert (state["failures"], state["blind"]) == (0, probe.BLIND_WHY)
+
+
+def test_flat_counters_at_0_running_and_a_hanging_health_restart_as_before(files):
+    host, outcomes = probe_loopback(files, FLAT_PAGE)
+    assert [o.verdict for o, _said in outcomes] == ["failed", "failed", "restarted"]
+    assert outcomes[0][1] == (f"{UNIT} failed its health probe at health: GET /health: timed "
+                              "out; no progress in 0 s: running 0, waiting 0; +0 iterations, "
+                              "+0 generation tokens, +0 prompt tokens (failure 1 of 3)\n")
+    assert host.restarts() == [["systemctl", "restart", "--no-block", UNIT]]
+    assert "blind" not in kept(files)
+
+
+def test_a_blind_probe_that_answers_says_so_once_per_start(files):
+    state = {"unit": UNIT, "failures": 0, "healthy_invocation": "inv-1"}
+    page = HttpResult(200, BLIND_PAGE)
+    host = Host()
+
+    def request(method, url, payload=None, timeout=10.0):
+        return page if url.endswith("/metrics") else host.request(method, url, payload, timeout)
+
+    said = []
+    for _run in range(2):
+        outcome = probe.decide(settings(files), {"active": ACTIVE}, state,
+                               run_command=host.run_command, request=request,
+                               wall=lambda: WALL, monotonic=lambda: host.monotonic_now)
+        state = outcome.state
+        said.append((outcome.verdict, outcome.message))
+    assert said == [("ok", (f"{UNIT}: cannot tell busy from dead: {probe.BLIND_WHY}; a "
+                            "timed-out probe will not be counted")), ("ok", "")]

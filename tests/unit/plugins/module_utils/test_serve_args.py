@@ -118,7 +118,8 @@ def test_a_bad_alias_is_refused_naming_the_model(alias, error):
                         context="catalog entry tiny_gqa")
 
 
-@pytest.mark.parametrize("key", ["host", "port", "served_model_name", "model"])
+@pytest.mark.parametrize("key", ["host", "port", "served_model_name", "model",
+                                 "disable_log_stats", "api_server_count"])
 def test_reserved_keys_are_refused(key):
     with pytest.raises(ValueError, match=f"^catalog entry: serve.{key} is vLLM's --"):
         vllm_serve_argv("vllm", "/m", "tiny", 8001, {key: "x"})
@@ -408,6 +409,9 @@ OWNED_WORDS = [
     ("--disable-log-stats", "disable-log-stats"), ("--disable_log_stats", "disable-log-stats"),
     ("--no-disable-log-stats", "disable-log-stats"), ("--api-server-count=4", "api-server-count"),
     ("--api_server_count", "api-server-count"), ("--api-server", "api-server-count"),
+    # vLLM 0.32's short form (entrypoints/launchers/cli_args.py) and argparse's readings of it.
+    ("-asc", "api-server-count"), ("-asc=2", "api-server-count"), ("-as", "api-server-count"),
+    ("-a", "api-server-count"),
     ("--weight-transfer-config.backend", "weight-transfer-config"),
     ("--enable-elastic-ep", "enable-elastic-ep"),
     ("--enable-fault-tolerance", "enable-fault-tolerance"),

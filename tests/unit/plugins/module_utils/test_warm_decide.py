@@ -97,7 +97,7 @@ def test_minimax_to_kimi_on_a_host_with_512_gib_available_is_level_1_at_the_lowe
         "weights_bytes_per_gpu": FITS["kimi_k25_int4"]["weights_bytes_per_gpu"],
         "gpus_needed": 8, "tensor_parallel_size": 8, "gpu_memory_utilization": 0.8738,
         "catalog_gpu_memory_utilization": 0.92, "mla": True,
-        "architecture": FITS["kimi_k25_int4"]["architecture"]}
+        "architecture": FITS["kimi_k25_int4"]["architecture"], "speculative": None}
 
 
 def test_kimi_back_to_minimax_with_512_gib_stops_kimi_and_says_by_how_much():
@@ -124,10 +124,9 @@ def test_sleep_level_1_asked_and_short_is_cold_level_2_asked_is_level_2():
     assert one["reasons"][0].startswith("vllm_fleet_sleep_level is 1 and level 1 does not fit: "
                                         "host RAM short by 656.66 GiB")
     assert one["share"] == 0.92  # cold: blue stops, no sleeper beside green
-    two = _decide(_green("kimi_k25_int4"), {"active": _recorded("minimax_m25")},
-                  mem=1024 * GIB, sleep_level=2)
-    assert (two["mode"], two["level"]) == ("warm", 2)
-    assert two["reasons"][-1].startswith("level 2, as vllm_fleet_sleep_level asks")
+    two = _decide(_green("minimax_m25"), record, mem=1024 * GIB, sleep_level=2)
+    assert (two["mode"], two["level"]) == ("warm", 2)  # MLA: a GPU run woke it from level 2
+    assert two["reasons"][-1].startswith("host RAM short by 144.66 GiB for level 1")
     with pytest.raises(ws.WarmSwitchError, match="must be auto, 1 or 2, got '3'"):
         _decide(_green("kimi_k25_int4"), record, sleep_level="3")
 
@@ -199,18 +198,18 @@ def test_a_record_from_before_sizing_is_switched_cold_once():
 
 def test_no_meminfo_is_level_2_and_says_so():
     # Level 2 is refused to MiniMax-M2.5 under auto (its architecture's level-2 wake failed
-    # on the GPU: ws.LEVEL_2_FAILS), so it stops; asked for level 2, it sleeps at level 2.
+    # on the GPU: ws.LEVEL_2_FAILS), so it stops; asked for level 2, it is refused.
     plan = _decide(_green("kimi_k25_int4"), {"active": _recorded("minimax_m25")})
     assert (plan["mode"], plan["level"]) == ("cold", None)
     assert plan["reasons"] == [
         "minimax_m25 is MiniMaxM2ForCausalLM and level 1 does not fit (host memory not known "
         "(no host_memory_bytes in the hardware profile, no /proc/meminfo read)); level 2: "
         + ws.LEVEL_2_FAILS["MiniMaxM2ForCausalLM"]
-        + ". It stops instead (vllm_fleet_sleep_level: 2 tries level 2 anyway)"]
+        + ". It stops instead (vllm_fleet_sleep_level: 2 is refused for it)"]
     two = _decide(_green("kimi_k25_int4"), {"active": _recorded("minimax_m25")},
                   sleep_level="2")
-    assert (two["mode"], two["level"]) == ("warm", 2)
-    assert two["reasons"][-1].startswith("host memory not known")
+    assert (two["mode"], two["level"]) == ("refused", None)
+    assert two["refused"] == ws.refuse_level_2(ws.recorded_model(_recorded("minimax_m25")))
 
 
 def test_a_record_without_the_architecture_never_sleeps_at_level_2_under_auto():
@@ -265,7 +264,9 @@ def test_the_module_reads_the_record_and_meminfo_from_the_host(tmp_path):
     plan = warm_switch_plan.plan(params, None, Meminfo(200 * GIB))
     assert (plan["mode"], plan["level"]) == ("cold", None)  # MiniMax: no level 2 under auto
     plan = warm_switch_plan.plan(dict(params, sleep_level="2"), None, Meminfo(200 * GIB))
-    assert (plan["mode"], plan["level"]) == ("warm", 2)
+    assert (plan["mode"], plan["level"]) == ("refused", None)  # MiniMax: a GPU run failed
+    assert plan["refused"].startswith("vllm_fleet_sleep_level is 2, but minimax_m25 must not "
+                                      "sleep at level 2: its level-2 wake failed on the GPU")
     no_gpus = dict(params, gpu_profile=None)
     with pytest.raises(ws.WarmSwitchError, match=r"wanted GPU facts .* or a hardware profile"):
         warm_switch_plan.plan(no_gpus, None, Meminfo(200 * GIB))
@@ -282,3 +283,111 @@ def test_a_parallel_switch_on_disjoint_gpus_is_unchanged():
     shared = _decide(_green("kimi_k25_int4"), {"active": _recorded("minimax_m25")},
                      mem=1024 * GIB, strategy="auto")
     assert (shared["mode"], shared["level"]) == ("warm", 1)
+
+
+# --- the level fits the model: speculative decoding (issue 44 item 4) --------------------------
+
+def _spec_blue(speculative, architecture="Qwen3MoeForCausalLM"):
+    """MiniMax-M2.5's record with another architecture (one no run showed failing at level 2)
+    and the speculative decoding it serves with."""
+    active = _recorded("minimax_m25")
+    active["sizing"] = dict(active["sizing"], architecture=architecture, speculative=speculative)
+    return {"active": active}
+
+
+@pytest.mark.parametrize(("entry", "method"), [
+    ({"serve": {"speculative_config": {"method": "mtp", "num_speculative_tokens": 3}}}, "mtp"),
+    ({"serve": {"speculative_config": '{"method": "eagle3", "model": "x/y"}'}}, "eagle3"),
+    ({"serve": {"speculative_config": {"model": "x/draft"}}}, "speculative decoding"),
+    ({"extra_args": ["--speculative-config", '{"method":"mtp"}']}, "mtp"),
+    ({"extra_args": ['--speculative_config={"method":"eagle3"}']}, "eagle3"),
+    ({"extra_args": ["--speculative-config.method", "mtp"]}, "mtp"),
+    ({"serve": {"max_model_len": 4096}, "extra_args": ["--enforce-eager"]}, None),
+    ({"serve": {"speculative_config": None}}, None),
+])
+def test_the_speculative_decoding_an_entry_asks_for_is_read_in_every_spelling(entry, method):
+    assert ws.speculative_method(entry) == method
+
+
+def test_a_model_that_decodes_speculatively_never_sleeps_at_level_2_under_auto():
+    """Level 1 does not fit (no MemAvailable): without speculative decoding this blue sleeps at
+    level 2; with MTP it stops, the reason naming vllm#52479 and #55013."""
+    green = _green("kimi_k25_int4")
+    plain = _decide(green, _spec_blue(None))
+    assert (plain["mode"], plain["level"]) == ("warm", 2)
+    plan = _decide(green, _spec_blue("mtp"))
+    assert (plan["mode"], plan["level"], plan["share"]) == ("cold", None, 0.92)
+    assert plan["reasons"] == [(
+        "minimax_m25 decodes speculatively (mtp) and level 1 does not fit (host memory not "
+        "known (no host_memory_bytes in the hardware profile, no /proc/meminfo read)); level "
+        "2: it decodes speculatively (mtp): its wake reloads the target model's weights only "
+        "(vLLM's reload_weights): after a level-2 wake MTP drafts are all rejected "
+        "(vllm-project/vllm#52479: decode ~0.5x) and EAGLE3 crashes (vllm-project/vllm#55013)"
+        ". It stops instead (vllm_fleet_sleep_level: 2 is refused for it)")]
+    # Level 1 fits: it sleeps at level 1 (its weights come back as they were).
+    roomy = _decide(green, _spec_blue("mtp"), mem=512 * GIB)
+    assert (roomy["mode"], roomy["level"]) == ("warm", 1)
+
+
+def test_level_2_asked_for_a_model_that_decodes_speculatively_is_refused():
+    plan = _decide(_green("kimi_k25_int4"), _spec_blue("eagle3"), mem=512 * GIB, sleep_level="2")
+    assert (plan["mode"], plan["level"]) == ("refused", None)
+    assert plan["refused"] == (
+        "vllm_fleet_sleep_level is 2, but minimax_m25 must not sleep at level 2: it decodes "
+        "speculatively (eagle3): " + ws.SPECULATIVE_LEVEL_2 + ". Set vllm_fleet_sleep_level: "
+        "1 (level 1 keeps its weights in host RAM) or auto (level 1 where the host RAM holds "
+        "it, else a cold switch), or vllm_fleet_switch_mode: cold")
+    assert plan["lines"] == ["minimax_m25 -> kimi_k25_int4: REFUSED",
+                             f"  why:   {plan['refused']}"]
+
+
+def test_the_module_fails_a_refused_level_2_before_any_change(tmp_path, monkeypatch):
+    state = tmp_path / "vllm_fleet.fact"
+    state.write_text(json.dumps({"active": _recorded("minimax_m25"), "previous": None,
+                                 "history": []}))
+    params = {"model": "kimi_k25_int4", "unit": "vllm-kimi_k25_int4.service",
+              "entry": ENTRIES["kimi_k25_int4"], "fit": FITS["kimi_k25_int4"],
+              "fit_args": FIT_ARGS["kimi_k25_int4"], "revision": None,
+              "state_file": str(state), "gpu_facts": None, "gpu_profile": RTX,
+              "switch_mode": "cold", "sleep_level": "2", "warm_standby_max": 1,
+              "strategy": "sequential", "sleep_residual_bytes": None,
+              "host_reserve_bytes": ws.DEFAULT_HOST_RESERVE_BYTES}
+    failed = {}
+
+    class Module:
+        def __init__(self, **_kwargs):
+            self.params = params
+
+        def fail_json(self, **kwargs):
+            failed.update(kwargs)
+            raise SystemExit(1)
+
+        def exit_json(self, **kwargs):
+            raise AssertionError(f"exit_json {kwargs}")
+
+        def run_command(self, argv):
+            return 1, "", "not here"
+
+    monkeypatch.setattr(warm_switch_plan, "AnsibleModule", Module)
+    monkeypatch.setattr(warm_switch_plan.gpu_host, "LiveHost",
+                        lambda *_a: Meminfo(512 * GIB))
+    with pytest.raises(SystemExit):
+        warm_switch_plan.main()
+    assert failed["msg"].startswith(
+        "warm switch to kimi_k25_int4 refused before any change: vllm_fleet_sleep_level is 2, "
+        "but minimax_m25 must not sleep at level 2: its level-2 wake failed on the GPU")
+    assert failed["warm_plan"]["mode"] == "refused"
+
+
+def test_the_record_keeps_the_speculative_decoding_and_an_old_record_is_not_trusted_at_level_2():
+    green = _green("kimi_k25_int4", serve=dict(ENTRIES["kimi_k25_int4"]["serve"],
+                                               speculative_config={"method": "eagle3"}))
+    assert ws.record_sizing(green, 0.9)["speculative"] == "eagle3"
+    old = _spec_blue(None)
+    del old["active"]["sizing"]["speculative"]  # written before the record kept it
+    plan = _decide(_green("kimi_k25_int4"), old)
+    assert (plan["mode"], plan["level"]) == ("cold", None)
+    assert "whether it decodes speculatively is not in the deployment record" in (
+        plan["reasons"][0])
+    # Not refused when asked: no run or report is known for it.
+    assert _decide(_green("kimi_k25_int4"), old, sleep_level="2")["level"] == 2

@@ -167,7 +167,9 @@ def test_no_host_memory_known_is_level_2():
     assert "MiniMaxM2ForCausalLM and level 1 does not fit" in steps[0]["reasons"][0]
     assert "host memory not known" in steps[0]["reasons"][-1]
     assert ws.LEVEL_2_FAILS["MiniMaxM2ForCausalLM"] in steps[0]["reasons"][0]
-    assert [s["level"] for s in _steps(None, sleep_level="2")] == [2, 2, 2]
+    # Asked for level 2: refused for MiniMax-M2.5 (issue 44 item 4), Kimi (MLA) sleeps at 2.
+    assert [(s["mode"], s["level"]) for s in _steps(None, sleep_level="2")] == [
+        ("refused", None), ("warm", 2), ("refused", None)]
 
 
 @pytest.mark.parametrize(("blue_changes", "green_changes", "kwargs", "why"), [
@@ -300,8 +302,10 @@ def test_a_sleepers_residual_measured_per_process():
 def test_the_plan_applies_vllm_fleet_sleep_level_as_the_deploy_does():
     """A new user's trial: plan.yml ignored vllm_fleet_sleep_level while the deploy honoured
     it. 2: every warm switch at level 2; 1: the return that cannot pin Kimi is cold."""
-    assert [(s["mode"], s["level"]) for s in _steps(512 * GIB, sleep_level="2")] == [
-        ("warm", 2)] * 3
+    steps = _steps(512 * GIB, sleep_level="2")
+    assert [(s["mode"], s["level"]) for s in steps] == [
+        ("refused", None), ("warm", 2), ("refused", None)]
+    assert steps[0]["lines"][0] == "minimax_m25 -> kimi_k25_int4: REFUSED"
     steps = _steps(512 * GIB, sleep_level=1)
     assert [(s["mode"], s["level"]) for s in steps] == [("warm", 1), ("cold", None),
                                                         ("warm", 1)]
