@@ -75,11 +75,11 @@ def fixtures():
     return sorted(rows, key=lambda s: (s["set"] != "held_apart", s["name"]))
 
 
-def _log_text(name):
-    settings = LOGS / f"{name}.json"
-    if settings.exists() and "log" in json.loads(settings.read_text()):
+def _log_text(settings):
+    name = settings["name"]
+    if "log" in settings:
         # a log kept elsewhere in the repository (the GPU suite's runs, bench/output/gpu/)
-        return (LOGS / json.loads(settings.read_text())["log"]).read_text()
+        return (LOGS / settings["log"]).read_text()
     for suffix in (".log", ".md"):
         path = LOGS / f"{name}{suffix}"
         if path.exists():
@@ -89,7 +89,7 @@ def _log_text(name):
 
 def logged_figures(settings):
     """(available KV bytes or None, KV tokens or None, weights GiB or None) as logged."""
-    text = _log_text(settings["name"])
+    text = _log_text(settings)
     figures = mf.parse_startup_log(text)
     available = figures.get("available_kv_gib")
     tokens = figures.get("kv_cache_tokens")

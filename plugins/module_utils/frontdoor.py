@@ -323,18 +323,23 @@ class FrontDoor:
         if folder:
             os.makedirs(folder, mode=0o755, exist_ok=True)
 
+    def _write_flag(self, path, text, prefix, what):
+        """A hold flag in its /run folder (made again after a reboot), written atomically;
+        FrontDoorError naming `what` and the path when it cannot be."""
+        try:
+            self._make_folder(path)
+            write_atomic(path, text, prefix=prefix)
+        except OSError as exc:
+            raise FrontDoorError(f"cannot write the front door's {what} {path}: "
+                                 f"{exc.strerror or exc}") from None
+
     def mark_warm(self, warm):
         """Say (or stop saying) that the switch is warm: the hold's Retry-After follows."""
         if not (self.hold_file and self.warm_file):
             return
         if warm:
-            try:
-                self._make_folder(self.warm_file)
-                write_atomic(self.warm_file, "a warm switch holds the front door\n",
-                             prefix=".hold-warm.")
-            except OSError as exc:
-                raise FrontDoorError(f"cannot write the front door's warm hold file "
-                                     f"{self.warm_file}: {exc.strerror or exc}") from None
+            self._write_flag(self.warm_file, "a warm switch holds the front door\n",
+                             ".hold-warm.", "warm hold file")
         else:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.warm_file)
@@ -349,13 +354,8 @@ class FrontDoor:
         start = self.clock()
         self._keep_before()
         self.mark_warm(warm)
-        try:
-            self._make_folder(self.hold_file)
-            write_atomic(self.hold_file, "a model switch holds the front door\n",
-                         prefix=".hold.")
-        except OSError as exc:
-            raise FrontDoorError(f"cannot write the front door's hold file {self.hold_file}: "
-                                 f"{exc.strerror or exc}") from None
+        self._write_flag(self.hold_file, "a model switch holds the front door\n", ".hold.",
+                         "hold file")
         self._settle(None, 1)
         # Requests let through before the file existed may still be on their way to the
         # model (their body arriving): a reload moves them to workers that exit once they
