@@ -88,6 +88,7 @@ class Suite:
         self.host = procs.ProcessHost(self.work / "cgroup")
         self.chost = cutover.Host(self.host.run_command, cgroup_root=self.host.cgroup_root)
         self.made = {}
+        self.layers = dict(LAYERS, **layer_counts(args.layers))
         self.port = args.port
         self.result = {"suite": "bench/gpu/suite.py", "started": time.strftime(
             "%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "env": env_facts(), "models": {},
@@ -115,13 +116,14 @@ class Suite:
 
     # -- models and servers -----------------------------------------------------------
     def model(self, shape):
+        layers = self.layers.get(shape)
         if shape not in self.made and self.args.shrink == 1:
-            earlier = shapes.made(self.models_dir, shape, LAYERS.get(shape))
+            earlier = shapes.made(self.models_dir, shape, layers)
             if earlier:
                 self.made[shape] = self.result["models"][shape] = dict(earlier, reused=True)
         if shape not in self.made:
             start = time.monotonic()
-            info = shapes.make(self.models_dir, shape, layers=LAYERS.get(shape), seed=0,
+            info = shapes.make(self.models_dir, shape, layers=layers, seed=0,
                                device=self.args.device, shrink=self.args.shrink)
             info["make_s"] = round(time.monotonic() - start, 1)
             self.made[shape] = info
@@ -144,7 +146,10 @@ class Suite:
         return {"model": shape, "unit": unit, "url": f"http://127.0.0.1:{self.port}",
                 "port": self.port, "served_model_name": shape, "gpus": [0],
                 "startup_timeout_s": STARTUP_TIMEOUT_S, "startup_stall_s": 0,
-                "share": share, "weights_bytes": info["safetensors_bytes"]}
+                "share": share, "weights_bytes": info["safetensors_bytes"],
+                # what the record keeps of a model (its plan's share): the product's
+                # post-sleep check compares what this model needs at it with what is free
+                "sizing": {"gpu_memory_utilization": share, "tensor_parallel_size": 1}}
 
     def cut(self, green, level=1):
         settings = cutover.Settings(switch_mode="warm", sleep_level=level)
@@ -258,6 +263,8 @@ class Suite:
         self.save()
         # blue sleeps through the product: its /sleep, /is_sleeping, post-sleep check
         level = plan.get("level") or 1
+        green["sizing"] = dict(green["sizing"], gpu_memory_utilization=plan.get("share")
+                               or CATALOG_SHARE)
         pids = self.host.pids(blue["unit"])
         before = meminfo()
         cut = self.cut(green, level)
@@ -274,12 +281,19 @@ class Suite:
         asleep = self.memory(blue)
         residual = asleep["gpu_bytes"]
         bound = warm_switch.sleep_residual_bytes(1)[0]
+        room = warm_switch.green_room({"memory_total_bytes": asleep["gpu_total_bytes"],
+                                       "memory_used_bytes": asleep["gpu_used_bytes"]},
+                                      green["sizing"]["gpu_memory_utilization"])
         sw["blue_sleep"] = {
             "level": level, "first_sleep_s": sleep_wall,
             "product_sleep_s": product_s if verdict == "passed" else None,
             "post_sleep_check": verdict, "post_sleep_check_error": why,
             "product_residual_bound_bytes": bound, "residual_bytes": residual,
-            "check_agrees_with_gpu": (verdict == "passed") == (residual <= bound),
+            "residual_within_default": residual <= bound,
+            # the check compares green's need at its share with what is free (issue 44)
+            "green_share_checked": green["sizing"]["gpu_memory_utilization"],
+            "green_room": room, "product_residual_per_gpu": cut.blue_residual,
+            "check_agrees_with_gpu": (verdict == "passed") == (room["short_bytes"] == 0),
             "mem_available_before": before, "asleep": asleep,
             "host_ram_drop_bytes": before - asleep["mem_available"],
             "host_ram_factor": round((before - asleep["mem_available"]) / blue["weights_bytes"], 3),
@@ -304,6 +318,7 @@ class Suite:
         self.save()
         # the warm return through the product: green sleeps, blue wakes, blue's gate
         back = self.cut(blue, 1)
+        back.green_asleep = {"level": level}  # blue wakes into what it does not hold yet
         sw["green_cold_because"] = back._cold_because(green, {})  # noqa: SLF001
         start = time.monotonic()
         try:
@@ -327,6 +342,8 @@ class Suite:
         f1 = self.complete(blue)
         sw["return"] = {"green_sleep_s": green_sleep_s, "green_post_sleep_check": g_verdict,
                         "green_post_sleep_check_error": g_why,
+                        "green_residual_bytes": max(back.blue_residual.values())
+                        if back.blue_residual else None,
                         "blue_wake_s": woke_s, "blue_wake_and_gate_s": gate_s,
                         "gate": gate, "outage_s": round(green_sleep_s + gate_s, 2),
                         "fingerprint": f1, "ids_identical": f1.get("ids") == f0.get("ids"),
@@ -475,6 +492,18 @@ class Suite:
                         .replace(b"\r", b"\n"))
 
 
+def layer_counts(text):
+    """'minimax_m2=4,deepseek_v3_mla=4' -> {shape: layers}; refuses an unknown shape."""
+    counts = {}
+    for item in filter(None, (part.strip() for part in (text or "").split(","))):
+        shape, _sep, value = item.partition("=")
+        if shape not in shapes.SHAPES or not value.isdigit() or int(value) < 1:
+            raise SystemExit(f"--layers: {item!r} is not SHAPE=N (shapes: "
+                             f"{', '.join(shapes.SHAPES)})")
+        counts[shape] = int(value)
+    return counts
+
+
 class TextHost:
     """warm_switch's host: read('meminfo') -> /proc/meminfo's text."""
 
@@ -540,6 +569,10 @@ def main(argv=None):
                         help="the command before `serve` (default: python3 -m "
                              "vllm.entrypoints.cli.main; the suite's test: a stand-in)")
     parser.add_argument("--device", default="cuda", help="where the weights are made")
+    parser.add_argument("--layers", default="",
+                        help="layers per shape, e.g. minimax_m2=4 (27.35 GiB: MiniMax-M2.5's "
+                             "per-GPU share at TP 8); default: " + ", ".join(
+                                 f"{k}={v}" for k, v in LAYERS.items()))
     parser.add_argument("--shrink", type=int, default=1,
                         help="divide the shapes' widths (the suite's test on a CPU)")
     args = parser.parse_args(argv)

@@ -47,9 +47,12 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.units import (
     unit_pids,
 )
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.warm_switch import (
+    green_room,
     recorded_model,
     refuse_level_2,
+    residual_entry,
     resolve_strategy,
+    sized_share,
     sleep_residual_bytes,
 )
 
@@ -360,6 +363,7 @@ class Cutover:
         self.blue_stragglers = 0  # requests that reached blue asleep, answered by a wake
         self.blue_aborted = None  # requests a sleep past the drain's deadline ended
         self.blue_fingerprint = None  # what blue computed, drained, before it slept
+        self.blue_residual = None  # {GPU: bytes} blue's processes kept once asleep
         self.green_stale = False  # green's unit runs asleep on another revision: restarted
         self.blue_stopped = False  # this switch asked blue to stop
         self.blue_asleep = False  # this switch asked blue to sleep
@@ -463,7 +467,10 @@ class Cutover:
         unit_act(self.systemd, verb, unit, *flags)
 
     def _write_record(self, record, blue, asleep=None):
-        new = records.with_active(record, self.green, blue, self.host.wall, asleep)
+        residuals = ({blue["model"]: residual_entry(blue, self.blue_residual,
+                                                     records.now_iso(self.host.wall))}
+                     if blue and self.blue_asleep and self.blue_residual else None)
+        new = records.with_active(record, self.green, blue, self.host.wall, asleep, residuals)
         records.write(self.state_file, new)
         if self.frontdoor is not None:
             self.frontdoor.publish(new)
@@ -1022,27 +1029,59 @@ class Cutover:
                                                           for p in procs)
 
     def _confirm_released(self, blue):
-        """Where nvidia-smi is read: each of blue's GPUs down to the sleeper's residual."""
+        """Where nvidia-smi is read: blue's sleep leaves green the memory it needs. On each GPU
+        green shares with blue, vLLM's startup check at green's share (the plan's, its record
+        sizing) must pass: what green will need against what is free, polled for
+        SLEEP_CONFIRM_S while blue's memory settles. A green whose share is not known: each of
+        blue's GPUs down to the sleeper's residual. What blue keeps asleep is measured and
+        kept (blue_residual), for the record and the next plan."""
         gpus = blue.get("gpus") or []
         if not gpus or self.gpu_processes is None:
             return
+        share = sized_share(self.green)
+        shared = [g for g in gpus if g in (self.green.get("gpus") or [])] if share else []
         bound = self.settings.sleep_residual_bytes or sleep_residual_bytes(len(gpus))[0]
         pids = unit_pids(blue["unit"], self.host.run_command, self.host.cgroup_root)
+        green_pids = (unit_pids(self.green["unit"], self.host.run_command, self.host.cgroup_root)
+                      if self.green_asleep else set())
         asked = self.host.clock()
         while True:
             snap = self._snapshot()
             if snap.get("gpus") is None:
                 return
             held = {g: self._sleeper_bytes(snap, g, pids) for g in gpus}
-            over = {g: b for g, b in held.items() if b > bound}
-            if not over:
+            self.blue_residual = held
+            if share:
+                failed = self._green_short(snap, shared, share, green_pids)
+            else:
+                failed = [f"GPU {g} {b} bytes" for g, b in sorted(held.items()) if b > bound]
+            if not failed:
                 return
             if self.host.clock() - asked >= SLEEP_CONFIRM_S:
                 raise CutoverError(
-                    f"blue {blue['model']} sleeps but still holds more than its residual of "
-                    f"{bound} bytes per GPU after {SLEEP_CONFIRM_S:g} s: "
-                    + ", ".join(f"GPU {g} {b} bytes" for g, b in sorted(over.items())))
+                    (f"blue {blue['model']} sleeps but green {self.green['model']} would not "
+                     f"start at its share {share} after {SLEEP_CONFIRM_S:g} s (blue keeps "
+                     + ", ".join(f"GPU {g} {b} bytes" for g, b in sorted(held.items()))
+                     + "): " if share else
+                     f"blue {blue['model']} sleeps but still holds more than its residual of "
+                     f"{bound} bytes per GPU after {SLEEP_CONFIRM_S:g} s: ") + ", ".join(failed))
             self.host.sleep(SLEEP_POLL_S)
+
+    def _green_short(self, snap, gpus, share, green_pids):
+        """vLLM's startup check for green at `share` on each of `gpus` now: the GPUs where it
+        would fail, each with what is free and what the share asks."""
+        short = []
+        for gpu in gpus:
+            card = next((c for c in snap.get("gpus") or [] if str(c.get("index")) == str(gpu)),
+                        None)
+            if card is None:
+                continue
+            own = self._sleeper_bytes(snap, gpu, green_pids) if green_pids else 0
+            room = green_room(card, share, own)
+            if room["short_bytes"]:
+                short.append(f"GPU {gpu} has {room['free_bytes']} bytes free, its share asks "
+                             f"{room['requested_bytes']}")
+        return short
 
     def _wake(self, svc, level, role, fingerprint=None):
         """Wake `svc` (its unit runs, asleep at `level`), confirm it is awake, then its health
@@ -1107,10 +1146,12 @@ class Cutover:
         beyond warm_standby_max the oldest are stopped and disabled."""
         asleep = [s for s in self.sleepers if s.get("unit") != self.green["unit"]]
         if blue_asleep:
-            asleep.append(dict(blue_asleep, level=self.settings.sleep_level,
-                               since=self.blue_slept_at or records.now_iso(self.host.wall),
-                               main_pid=self.blue_main_pid,
-                               fingerprint=self.blue_fingerprint))
+            entry = dict(blue_asleep, level=self.settings.sleep_level,
+                         since=self.blue_slept_at or records.now_iso(self.host.wall),
+                         main_pid=self.blue_main_pid, fingerprint=self.blue_fingerprint)
+            if self.blue_residual:  # measured (nvidia-smi read): what it keeps per GPU
+                entry["residual_bytes_per_gpu"] = max(self.blue_residual.values())
+            asleep.append(entry)
         stopped = []
         while len(asleep) > self.settings.warm_standby_max:
             oldest = asleep.pop(0)

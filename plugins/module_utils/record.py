@@ -68,16 +68,20 @@ def same_deployment(active, green):
 def sleeping(record):
     """The record's sleepers (models asleep on the host, their units running), oldest first:
     each the fields of an active entry plus `level` (1 or 2), `since` (when it fell asleep)
-    `main_pid` and `fingerprint` (what it computed before it slept: module_utils/fingerprint.py;
-    absent in a record written before issue 44, such a sleeper is restarted, not woken). A
+    `main_pid`, `fingerprint` (what it computed before it slept: module_utils/fingerprint.py;
+    absent in a record written before issue 44, such a sleeper is restarted, not woken) and
+    `residual_bytes_per_gpu` (the most it kept on one GPU once asleep, nvidia-smi). A
     record without `sleeping` has none."""
     return list((record or {}).get("sleeping") or [])
 
 
-def with_active(record, green, blue, wall=time.time, asleep=None):
+def with_active(record, green, blue, wall=time.time, asleep=None, residuals=None):
     """The record after `green` became active; `blue` (the one it replaced, or None)
     becomes `previous` and heads the history. `asleep`: the sleepers after the switch
-    (None: the record's, unchanged); the key is written only when there are or were any."""
+    (None: the record's, unchanged); the key is written only when there are or were any.
+    `residuals`: {model: what its sleep kept on each GPU (warm_switch.residual_entry)},
+    merged into the record's, which outlive the sleep (the next plan of that model uses
+    them: warm_switch.recorded_residual)."""
     active = dict(green, since=now_iso(wall))
     history = ([blue] if blue else []) + list(record.get("history") or [])
     new = {"active": active, "previous": blue or record.get("previous"),
@@ -85,4 +89,7 @@ def with_active(record, green, blue, wall=time.time, asleep=None):
     asleep = sleeping(record) if asleep is None else list(asleep)
     if asleep or "sleeping" in record:
         new["sleeping"] = asleep
+    kept = dict(record.get("residuals") or {}, **(residuals or {}))
+    if kept:
+        new["residuals"] = kept
     return new

@@ -344,6 +344,64 @@ def vllm_free_memory_check(torch_total, free, share):
     return requested, max(0, requested - free)
 
 
+def green_room(gpu, share, green_held=0):
+    """Whether a GPU now leaves green the memory vLLM's startup check asks at `share`
+    (request_memory: the share of the GPU's torch-visible memory, free): gpu is nvidia-smi's
+    {memory_total_bytes, memory_used_bytes}, green_held what green's own processes hold
+    there already (a sleeping green wakes into the rest). Returns {requested_bytes,
+    free_bytes, short_bytes} - what the post-sleep check compares, not a constant."""
+    total = _int(gpu.get("memory_total_bytes"), "memory_total_bytes")
+    torch_total = total - fit_overhead.driver_reserve_bytes(total)
+    free = torch_total - _int(gpu.get("memory_used_bytes") or 0, "memory_used_bytes") + green_held
+    requested, short = vllm_free_memory_check(torch_total, free, share)
+    return {"requested_bytes": requested, "free_bytes": free, "short_bytes": short}
+
+
+def sized_share(model):
+    """The gpu_memory_utilization a served model's unit starts with, from its record entry's
+    sizing (the plan's share); None when the record does not say."""
+    share = ((model or {}).get("sizing") or {}).get("gpu_memory_utilization")
+    try:
+        return float(share) if share not in (None, "") else None
+    except (TypeError, ValueError):
+        return None
+
+
+def recorded_residual(record, model, vllm_version=None):
+    """The residual `model` (a recorded_model() dict) kept asleep on this host, as the record
+    measured it at its last sleep (record["residuals"]), when it ran the same way (tensor
+    parallel size, gpu_memory_utilization, vLLM `vllm_version`): (bytes per GPU, where the
+    figure comes from), or None. A residual depends on the model, the card, its KV cache and
+    the vLLM: only a figure measured for this model here stands in for the default."""
+    seen = ((record or {}).get("residuals") or {}).get(model.get("name") or "")
+    if not isinstance(seen, dict):
+        return None
+    try:
+        value = int(seen.get("bytes_per_gpu"))
+        same = (int(seen.get("tensor_parallel_size") or 0) == int(model["tensor_parallel_size"])
+                and float(seen.get("gpu_memory_utilization") or -1)
+                == float(model["gpu_memory_utilization"])
+                and seen.get("vllm") == vllm_version)
+    except (TypeError, ValueError):
+        return None
+    if value <= 0 or not same:
+        return None
+    return value, (f"{_gib(value)} measured on this host at {model['name']}'s sleep of "
+                   f"{seen.get('measured_at') or 'an earlier switch'} (nvidia-smi, "
+                   f"vLLM {vllm_version})")
+
+
+def residual_entry(model, held, wall_iso):
+    """What the record keeps of a sleep's measured residual (record["residuals"][model]):
+    the most blue's processes held on one GPU once asleep (held: {GPU: bytes})."""
+    sizing = model.get("sizing") or {}
+    return {"bytes_per_gpu": max(held.values()), "per_gpu": {str(g): b for g, b in held.items()},
+            "tensor_parallel_size": int(sizing.get("tensor_parallel_size")
+                                        or max(1, len(model.get("gpus") or ()))),
+            "gpu_memory_utilization": sized_share(model), "measured_at": wall_iso,
+            "vllm": model.get("vllm_version"), "unit": model.get("unit")}
+
+
 def _gpu_checks(green, gpus, residuals, share):
     """Per GPU of green: vLLM's free-memory check at this share, with the sleepers' residuals."""
     checks = []
@@ -438,7 +496,9 @@ def plan_switch(blue, green, *, gpus, host_ram_bytes=None,
                 standby_max=1, sleepers=(), refit=None, count_pinned=True):
     """The plan of one switch from blue (serving) to green.
 
-    blue, green: served_model() dicts. green may carry ``asleep`` (its level, 1 or 2)
+    blue, green: served_model() dicts; blue may carry ``recorded_residual`` (bytes per GPU,
+    source: recorded_residual(), what it kept asleep here before), used in place of the
+    default unless residual_bytes_per_gpu is set. green may carry ``asleep`` (its level, 1 or 2)
     and ``share`` (the gpu_memory_utilization it runs with) when it sleeps from an
     earlier switch: it then wakes instead of starting, and keeps its share.
     gpus: [{index, memory_total_bytes, memory_used_bytes}] - used: what processes
@@ -465,7 +525,9 @@ def plan_switch(blue, green, *, gpus, host_ram_bytes=None,
     if why_cold:
         plan["reasons"].append(why_cold)
         return _summarise(plan)
-    residual, source = sleep_residual_bytes(blue["tensor_parallel_size"], residual_bytes_per_gpu)
+    residual, source = (blue["recorded_residual"] if blue.get("recorded_residual")
+                        and residual_bytes_per_gpu in (None, "") else
+                        sleep_residual_bytes(blue["tensor_parallel_size"], residual_bytes_per_gpu))
     plan["residual_bytes_per_gpu"], plan["residual_source"] = residual, source
     residuals, other_pinned = _sleepers(blue, green, residual, sleepers, count_pinned)
     gpu_map = _gpu_list(gpus)
@@ -939,6 +1001,7 @@ def decide(green, record, *, gpus, host=None, settings=None, exclude_pids=None,
             except (OSError, WarmSwitchError):
                 host_ram = None  # not known: level 2, and the plan says so
         blue = recorded_model(active)
+        blue["recorded_residual"] = recorded_residual(record, blue, active.get("vllm_version"))
         plan = plan_switch(blue, green, gpus=gpus if on_gpus else [],
                            host_ram_bytes=host_ram if on_gpus else 0,
                            reserve_bytes=reserve if on_gpus else 0,

@@ -146,6 +146,12 @@ def test_the_suite_end_to_end_against_a_stand_in_vllm(tmp_path):
     assert sw["blue_sleep"]["residual_bytes"] == 2200 * MIB
     assert sw["blue_sleep"]["post_sleep_check"] == "passed"  # within 3.35 GiB (measured)
     assert sw["blue_sleep"]["check_agrees_with_gpu"] is True
+    # the product's check measured what blue kept (the record keeps it) and weighed green's
+    # need at the plan's share against what nvidia-smi showed free
+    assert sw["blue_sleep"]["product_residual_per_gpu"] == {"0": 2200 * MIB}
+    assert sw["blue_sleep"]["green_share_checked"] == sw["decide"]["share"]
+    assert sw["blue_sleep"]["green_room"]["short_bytes"] == 0
+    assert sw["return"]["green_residual_bytes"] == 2200 * MIB
     assert sw["green_start"]["vllm_accepted"] is True
     assert sw["green_start"]["share"] == sw["decide"]["share"]
     # the warm return through the product: blue's fingerprint taken by the product before it

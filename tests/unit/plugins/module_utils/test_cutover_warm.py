@@ -579,3 +579,53 @@ def test_level_2_asked_for_a_blue_that_decodes_speculatively_is_refused_before_a
     assert world.saved()["active"]["model"] == "blue"
     # Level 1 asked: the same blue sleeps as before.
     assert world.run(sleep_level=1)["sleep_level"] == 1
+
+
+# -- the post-sleep check compares green's need with what is free (issue 44 case 3) ----------
+# An 80 GB card as the GPU runs read it (bench/output/gpu/gpu-h100-80gb-hbm3-...-0503.json:
+# nvidia-smi's memory.total 81,559 MiB); green sized at the plan's share.
+H100_TOTAL = 81559 * 1024**2
+
+
+def sized_world(tmp_path, port, share, residual):
+    world = World(tmp_path, port, gpus=[0])
+    world.green["sizing"] = {"gpu_memory_utilization": share, "tensor_parallel_size": 1}
+    world.blue["sizing"] = {"gpu_memory_utilization": 0.9, "tensor_parallel_size": 1}
+    record = world.saved()
+    record["active"] = world.blue
+    record_mod.write(str(world.state_file), record)
+    world.b.residual_bytes = residual
+
+    def snapshot():
+        snap = world.snapshot()
+        snap["gpus"][0]["memory_total_bytes"] = H100_TOTAL
+        return snap
+
+    return world, snapshot
+
+
+def test_a_sleeper_over_the_default_residual_passes_when_green_fits(tmp_path, port):
+    """The H200 run's MLA sleeper kept 3.33 GiB (the default then: 2.25 GiB) and failed the
+    constant check though green fitted beside it; what green needs decides now, and what blue
+    kept is recorded for the next plan."""
+    world, snapshot = sized_world(tmp_path, port, 0.85, int(4.5 * GIB))
+    result = world.run(gpu_processes=snapshot)
+    assert result["switch"] == "warm"
+    saved = world.saved()
+    assert saved["sleeping"][0]["residual_bytes_per_gpu"] == int(4.5 * GIB)
+    kept = saved["residuals"]["blue"]
+    assert (kept["bytes_per_gpu"], kept["per_gpu"], kept["tensor_parallel_size"],
+            kept["gpu_memory_utilization"]) == (int(4.5 * GIB), {"0": int(4.5 * GIB)}, 1, 0.9)
+    assert kept["measured_at"].startswith("20")
+
+
+def test_a_sleeper_that_leaves_green_short_fails_naming_the_need(tmp_path, port):
+    world, snapshot = sized_world(tmp_path, port, 0.9, 12 * GIB)
+    exc = world.fail(gpu_processes=snapshot)
+    assert ("blue blue sleeps but green green would not start at its share 0.9 after 30 s "
+            "(blue keeps GPU 0 12884901888 bytes): GPU 0 has ") in exc.msg
+    free = int(exc.msg.split("GPU 0 has ")[1].split(" ")[0])
+    asks = int(exc.msg.split("its share asks ")[1].split(")")[0].split(".")[0])
+    assert free < asks
+    assert exc.msg.endswith("Rolled back: blue woke and is serving again.")
+    assert "residuals" not in world.saved()

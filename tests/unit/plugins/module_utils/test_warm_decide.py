@@ -391,3 +391,44 @@ def test_the_record_keeps_the_speculative_decoding_and_an_old_record_is_not_trus
         plan["reasons"][0])
     # Not refused when asked: no run or report is known for it.
     assert _decide(_green("kimi_k25_int4"), old, sleep_level="2")["level"] == 2
+
+
+def _measured(bytes_per_gpu, share=0.92, tp=8, vllm="0.33.0-cuda"):
+    """record["residuals"] as a warm switch wrote it once MiniMax slept (cutover.py)."""
+    return {"minimax_m25": {"bytes_per_gpu": bytes_per_gpu, "per_gpu": {},
+                            "tensor_parallel_size": tp, "gpu_memory_utilization": share,
+                            "measured_at": "2027-01-15T08:00:00+00:00", "vllm": vllm}}
+
+
+def test_the_plan_uses_the_residual_this_host_measured_at_blues_last_sleep():
+    """Issue 44 case 3: the residual a sleeper keeps is read at its sleep and recorded; the
+    plan uses the recorded figure (here Kimi-K2.6 TP8's 7,121 MiB per GPU asleep, vllm
+    #47654) in place of the default, and green's share is lowered by it."""
+    active = _recorded("minimax_m25", vllm_version="0.33.0-cuda")
+    default = _decide(_green("kimi_k25_int4"), {"active": active}, mem=512 * GIB)
+    measured = _decide(_green("kimi_k25_int4"),
+                       {"active": active, "residuals": _measured(7121 * 1024**2)}, mem=512 * GIB)
+    assert measured["residual_bytes_per_gpu"] == 7121 * 1024**2
+    assert measured["residual_source"] == (
+        "6.95 GiB measured on this host at minimax_m25's sleep of 2027-01-15T08:00:00+00:00 "
+        "(nvidia-smi, vLLM 0.33.0-cuda)")
+    assert default["residual_bytes_per_gpu"] == ws.sleep_residual_bytes(8)[0]
+    # with the real TP8 residual Kimi INT4 does not fit beside MiniMax asleep (the issue's
+    # point): the plan says cold, by how much, instead of a warm switch that rolls back
+    assert (default["mode"], measured["mode"]) == ("warm", "cold")
+    assert measured["reasons"][0].startswith("GPU 0-7 short by 2.18 GiB each")
+    smaller = _decide(_green("kimi_k25_int4"),
+                      {"active": active, "residuals": _measured(2 * GIB)}, mem=512 * GIB)
+    # 0.92 less 2 GiB of an RTX PRO 6000's 94.96 GiB torch-visible memory, floored
+    assert (smaller["mode"], smaller["share"]) == ("warm", 0.8989)
+
+
+@pytest.mark.parametrize("changes", [{"share": 0.9}, {"tp": 4}, {"vllm": "0.32.0-cuda"},
+                                     {"bytes_per_gpu": "garbage"}])
+def test_a_residual_measured_another_way_is_not_used(changes):
+    """Measured at another share (KV cache), layout or vLLM: the default stands."""
+    args = dict({"bytes_per_gpu": 7121 * 1024**2}, **changes)
+    active = _recorded("minimax_m25", vllm_version="0.33.0-cuda")
+    plan = _decide(_green("kimi_k25_int4"),
+                   {"active": active, "residuals": _measured(**args)}, mem=512 * GIB)
+    assert plan["residual_bytes_per_gpu"] == ws.sleep_residual_bytes(8)[0]

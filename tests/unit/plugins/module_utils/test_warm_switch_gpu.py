@@ -106,6 +106,25 @@ def test_the_products_post_sleep_check_agrees_with_the_gpu_on_every_real_sleeper
         assert sleep["residual_bytes"] <= ws.sleep_residual_bytes(1)[0]
 
 
+def test_the_post_sleep_check_on_greens_need_agrees_with_vllms_start_on_every_real_green(runs):
+    """Issue 44 case 3: the check compares what green will need (vLLM's startup check at its
+    share) with what nvidia-smi shows free once blue sleeps; on every real switch its verdict
+    is what vLLM then did with green at that share, and it would pass at the catalog's share
+    too (0.9: the residual the plan subtracts is a margin, not a requirement)."""
+    seen = 0
+    for one in runs:
+        sleep, start = one["switch"].get("blue_sleep"), one["switch"].get("green_start")
+        if not (sleep and start):
+            continue
+        card = {"memory_total_bytes": sleep["asleep"]["gpu_total_bytes"],
+                "memory_used_bytes": sleep["asleep"]["gpu_used_bytes"]}
+        room = ws.green_room(card, start["share"])
+        assert (room["short_bytes"] == 0) == start["vllm_accepted"], one["file"]
+        assert ws.green_room(card, 0.9)["short_bytes"] == 0, one["file"]
+        seen += 1
+    assert seen >= 2
+
+
 def test_the_former_bound_failed_the_mla_green_on_the_h200(run):
     back = run["switch"]["return"]
     assert run["env"]["card"] == "NVIDIA H200"
