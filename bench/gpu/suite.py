@@ -210,16 +210,21 @@ class Suite:
         fit = {"weights_bytes_per_gpu": green["weights_bytes"], "gpus_needed": 1,
                "tensor_parallel_size": 1, "gpu_memory_utilization": CATALOG_SHARE,
                "sized": True, "kv_layout_specs": [{"type": "mla"}]
-               if green["model"] in shapes.MLA_SHAPES else []}
+               if green["model"] in shapes.MLA_SHAPES else [],
+               "quantization": {"method": None}}  # the shapes are bf16, unquantized
         entry = {"gpus": [0], "switch_mode": "warm",
                  "serve": {"gpu_memory_utilization": CATALOG_SHARE}}
         gmodel = warm_switch.green_model(green["model"], entry, fit, "warm", green["unit"])
         bfit = dict(fit, weights_bytes_per_gpu=blue["weights_bytes"],
                     kv_layout_specs=[{"type": "mla"}] if blue["model"] in shapes.MLA_SHAPES
-                    else [])
+                    else [],
+                    architecture=((self.result["models"].get(blue["model"]) or {}).get(
+                        "architectures") or [None])[0])
         bmodel = warm_switch.green_model(blue["model"], entry, bfit, "warm", blue["unit"])
+        # as vllm_model records it: the vLLM this host runs, '-' its variant (the level-2
+        # allow-list is matched on it)
         record = {"active": {"model": blue["model"], "unit": blue["unit"], "sleep_mode": True,
-                             "gpus": [0],
+                             "gpus": [0], "vllm_version": f"{self.result['env']['vllm']}-cuda",
                              "sizing": warm_switch.record_sizing(bmodel, blue["share"])},
                   "sleeping": []}
         pids = {blue["unit"]: self.host.pids(blue["unit"])}

@@ -369,6 +369,7 @@ class Cutover:
         self.blue_asleep = False  # this switch asked blue to sleep
         self.last_answer = None  # /is_sleeping's last answer, for an error
         self.blue_exiting = False  # blue's stop was asked with --no-block and may still run
+        self.failed_wakes = []  # units stopped because their wake failed (_stop_failed_wake)
 
     # -- pieces ------------------------------------------------------------
     def _timed(self, name, func, *args):
@@ -702,6 +703,8 @@ class Cutover:
             msg = self._with_journal(msg, result, started_at)
             self._timed("rollback", self._rollback, blue, self.blue_stopped, result,
                         self.blue_asleep)
+            if self.failed_wakes:
+                result["failed_wakes"] = self.failed_wakes
             if down_since is not None:
                 result["downtime_s"] = round(self.host.clock() - down_since, 2)
             raise CutoverError(
@@ -927,14 +930,13 @@ class Cutover:
 
     def _wake_blue_back(self, blue, result):
         """The rollback's wake of blue; a blue that does not pass (its fingerprint included)
-        cannot be trusted and stops, never left awake unchecked or asleep unlisted."""
+        cannot be trusted and is stopped (_wake), never left awake unchecked or asleep
+        unlisted."""
         try:
             result["blue_health"], _secs = self._wake(blue, self.settings.sleep_level, "blue",
                                                       self.blue_fingerprint)
         except CutoverError as exc:
             result["blue_health"] = {"ok": False, "stage": "wake", "detail": exc.msg}
-        if not result["blue_health"]["ok"]:
-            self.systemd.try_act("stop", blue["unit"])
 
     # -- sleep and wake (warm switches) ---------------------------------------------
     def _sleep_blue(self, blue):
@@ -1084,9 +1086,37 @@ class Cutover:
         return short
 
     def _wake(self, svc, level, role, fingerprint=None):
-        """Wake `svc` (its unit runs, asleep at `level`), confirm it is awake, then its health
-        gate on the running unit: no start, and its main process must be the one that slept.
-        Returns (the gate's outcome, the seconds the wake itself took)."""
+        """Wake `svc` (its unit runs, asleep at `level`) and gate it; a wake that fails (a
+        step's error or timeout, the gate after it) leaves no live process: its unit is
+        stopped (_stop_failed_wake). Returns (the gate's outcome, the wake's seconds)."""
+        try:
+            gate, woke_s = self._wake_and_gate(svc, level, role, fingerprint)
+        except CutoverError as exc:
+            raise CutoverError(exc.msg + self._stop_failed_wake(svc, level, role, exc.msg),
+                               **exc.fields) from None
+        if not gate["ok"]:
+            said = self._stop_failed_wake(svc, level, role, f"its gate failed at "
+                                          f"{gate['stage']}: {gate['detail']}")
+            gate = dict(gate, detail=gate["detail"] + said)
+        return gate, woke_s
+
+    def _stop_failed_wake(self, svc, level, role, why):
+        """Stop a unit whose wake failed (issue 44 case 4: on the GPU a level-2 reload beside a
+        sleeper ran out of memory at wake_up?tags=kv_cache and the process stayed alive,
+        never answering): it is not left running, awake or not. Its entry goes into
+        `failed_wakes` (the result's); returns what the message adds."""
+        stopped = self.systemd.try_act("stop", svc["unit"])
+        self.failed_wakes.append({"model": svc["model"], "unit": svc["unit"], "role": role,
+                                  "level": level, "why": why, "stopped": stopped})
+        if role == "blue" and stopped:  # not asleep any more: a rollback starts it again
+            self.blue_asleep, self.blue_stopped = False, True
+        return ("; its unit was stopped (a failed wake leaves no live process)" if stopped else
+                f"; its unit could NOT be stopped (systemctl stop {svc['unit']} failed): its "
+                f"process may still hold the GPUs")
+
+    def _wake_and_gate(self, svc, level, role, fingerprint=None):
+        """Wake `svc`, confirm it is awake, then its health gate on the running unit: no
+        start, and its main process must be the one that slept (and compute what it did)."""
         unit = svc["unit"]
         main_before = int(self._show(unit).get("MainPID") or 0)
         start = self.host.clock()

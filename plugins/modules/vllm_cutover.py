@@ -468,6 +468,19 @@ sleepers_stopped:
   returned: when RV(switch) is returned
   type: list
   elements: str
+failed_wakes:
+  description:
+    - The units whose wake failed in this switch (a wake request's error or timeout, or the
+      gate after it) - each stopped, so a failed wake (level 2's C(reload_weights) or
+      C(wake_up?tags=kv_cache) included) leaves no live process. C(model), C(unit), C(role)
+      (green, or blue woken back), C(level), C(why), C(stopped) (false - C(systemctl stop)
+      failed and its process may still run).
+  returned: when a wake failed
+  type: list
+  elements: dict
+  sample: [{"model": "tiny_gqa", "unit": "vllm-tiny_gqa.service", "role": "green", "level": 2,
+            "why": "green tiny_gqa did not wake: POST /wake_up?tags=kv_cache answered timed out",
+            "stopped": true}]
 heal_reason:
   description: Why the active model was restarted - its unit and the gate stage and detail that failed.
   returned: when action is heal

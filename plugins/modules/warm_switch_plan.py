@@ -19,7 +19,8 @@ description:
     and works out the same plan as C(playbooks/plan.yml) does on a hardware profile.
   - Level 1 (weights pinned in host RAM) when the host's C(MemAvailable) less
     O(host_reserve_bytes) holds the active model's weights, else level 2 (weights reread at
-    the wake); O(sleep_level) V(1) or V(2) asks for one.
+    the wake) where a GPU run showed the active model's level-2 wake working on the vLLM it
+    runs (its record's C(vllm_version)), else cold; O(sleep_level) V(1) or V(2) asks for one.
   - The C(gpu_memory_utilization) the model's unit gets (RV(warm_plan.share)) is the catalog's
     less the residual each sleeper keeps on the GPUs it shares with the model (vLLM refuses a
     start whose share exceeds the free memory); a model that is already running keeps the
@@ -74,13 +75,15 @@ options:
     default: cold
   sleep_level:
     description:
-      - V(auto) - level 1 when the host RAM holds the active model's weights, else level 2;
-        a cold switch instead of level 2 for a model whose level-2 wake is known to fail or
-        not known to work (an architecture a GPU run showed failing, MLA, speculative
-        decoding, see vllm-project/vllm#52479, vllm-project/vllm#55013).
-        V(1) - level 1, or a cold switch when it does not fit. V(2) - level 2; refused
-        (the module fails, nothing changed) for an architecture a GPU run showed failing
-        or a model with C(speculative_config).
+      - V(auto) - level 1 when the host RAM holds the active model's weights, else level 2
+        only where a GPU run showed its level-2 wake working (its architecture, unquantized,
+        on the exact vLLM version its deployment record's C(vllm_version) names - the
+        allow-list C(LEVEL_2_WORKS) in C(plugins/module_utils/warm_switch.py),
+        docs/warm-switch.md), else a cold switch whose reason names the runs there are.
+        V(1) - level 1, or a cold switch when it does not fit. V(2) - level 2, its reason
+        saying unverified for a model off the allow-list; refused (the module fails,
+        nothing changed) for an architecture a GPU run showed failing or a model with
+        C(speculative_config) (vllm-project/vllm#52479, vllm-project/vllm#55013).
     type: str
     choices: [auto, "1", "2"]
     default: auto
@@ -112,6 +115,9 @@ attributes:
     support: none
     description: Nothing changes, so there is no diff.
 notes:
+  - The active model's vLLM version is its record entry's C(vllm_version) (C(0.33.0-cuda)), which
+    the role writes from C(vllm_install_version); a record without it is not known to wake from
+    level 2, so O(sleep_level=auto) switches it cold when level 1 does not fit.
   - The record keeps RV(warm_plan.sizing) for the model once it is active (M(vllm_fleet.fleet.vllm_cutover)'s
     O(vllm_fleet.fleet.vllm_cutover#module:record)); a record written before that has none, and a
     model on GPUs without it is not sized, so a switch from it is cold once.
@@ -192,7 +198,8 @@ warm_plan:
         - What the record keeps of green (C(weights_bytes_per_gpu), C(gpus_needed),
           C(tensor_parallel_size), C(gpu_memory_utilization) it starts with,
           C(catalog_gpu_memory_utilization), C(mla), C(architecture), C(speculative) - the speculative
-          decoding method or null); empty for a model on no GPU or not sized.
+          decoding method or null, C(quantization) - the fit's quantization method, V(none) for
+          unquantized weights, or null); empty for a model on no GPU or not sized.
       type: dict
 """
 

@@ -68,7 +68,8 @@ def test_warm_at_512_gib_and_at_1_tib(tmp_path):
 
 def test_level_2_asked_is_refused_for_minimax_and_allowed_for_mla(tmp_path):
     """Issue 44 item 4: vllm_fleet_sleep_level 2 is refused where a GPU run showed the
-    architecture's level-2 wake failing (MiniMax-M2), and stays allowed for MLA (Kimi)."""
+    architecture's level-2 wake failing (MiniMax-M2), and stays allowed for MLA (Kimi), the
+    plan saying no GPU run shows it working on the catalog's vLLM 0.33.0 (case 4)."""
     rc, out = plan(tmp_path, {"vllm_fleet_switch_mode": "warm", "vllm_fleet_sleep_level": "2"})
     assert rc == 0, out[-4000:]
     assert ("first switch: minimax_m25 -> kimi_k25_int4: REFUSED why: vllm_fleet_sleep_level "
@@ -76,6 +77,8 @@ def test_level_2_asked_is_refused_for_minimax_and_allowed_for_mla(tmp_path):
             "GPU (H100 80GB and H200, vLLM 0.26.0") in out
     assert "Set vllm_fleet_sleep_level: 1 (level 1 keeps its weights in host RAM)" in out
     assert "return: kimi_k25_int4 -> minimax_m25: WARM, level 2" in out
+    assert ("unverified: no GPU run shows a level-2 wake of DeepseekV3ForCausalLM working on "
+            "vLLM 0.33.0 (runs show it working on DeepseekV3ForCausalLM on vLLM 0.26.0") in out
     assert "return: minimax_m25 -> kimi_k25_int4: REFUSED" in out
 
 

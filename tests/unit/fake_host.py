@@ -97,6 +97,12 @@ class FakeUnit:
         self.sleep_mode = sleep_mode
         self.sleep_s, self.wake_s = sleep_s, wake_s
         self.wake_error = wake_error  # a status /wake_up answers instead of 200
+        # One wake step's failure: {"kv_cache": 500} answers that status to
+        # /wake_up?tags=kv_cache, {"reload_weights": 500} to that collective_rpc; "oom" (the
+        # GPU suite: a reload beside a sleeper ran out of memory at wake_up?tags=kv_cache)
+        # leaves the process alive and wedged: that request and every one after it time out.
+        self.wake_fails = {}
+        self.wedged = False
         self.asleep = 0
         self.asleep_tags = set()
         self.weights_stale = False
@@ -316,6 +322,7 @@ class FakeHost:
         unit.inflight = []  # requests still in flight are cut off
         unit.asleep, unit.asleep_tags, unit.weights_stale = 0, set(), False
         unit.pending_sleep = None
+        unit.wedged = False
         self._sync_cgroup(unit)
 
     def gpu_holders(self, exclude=None):
@@ -458,6 +465,7 @@ class FakeHost:
             unit.behaviour = unit.behaviour_after_restart
         unit.started_at = self.now
         unit.asleep, unit.asleep_tags, unit.weights_stale = 0, set(), False  # a new process
+        unit.wedged = False
         unit.starts += 1
         unit.invocation = f"{unit.name}-inv-{unit.starts}"
         unit.main_pid = 5000 + len(self.calls)
@@ -550,6 +558,9 @@ class FakeHost:
             if unit.wake_error:
                 return HttpResult(unit.wake_error, json.dumps({"detail": "wake failed"}))
             tags = params.get("tags") or ["weights", "kv_cache"]
+            failed = self._wake_fails(unit, tags, timeout)
+            if failed:
+                return failed
             self._tick(unit.wake_s)
             unit.asleep_tags -= set(tags)
             if not unit.asleep_tags:
@@ -563,6 +574,9 @@ class FakeHost:
                 "status": "sleeping" if unit.asleep_tags else "awake",
                 "tags": params.get("tags")}))
         if base == "/collective_rpc":
+            failed = self._wake_fails(unit, [(payload or {}).get("method")], timeout)
+            if failed:
+                return failed
             if (payload or {}).get("method") == "reload_weights":
                 unit.weights_stale = False
             self.timeline.append(f"rpc {unit.name} {(payload or {}).get('method')}")
@@ -570,8 +584,23 @@ class FakeHost:
         self.timeline.append(f"reset_prefix_cache {unit.name}")
         return HttpResult(200, json.dumps({"status": "ok"}))
 
+    def _wake_fails(self, unit, steps, timeout):
+        """The answer of a wake step set to fail (unit.wake_fails), or None."""
+        failure = next((unit.wake_fails[s] for s in steps if s in unit.wake_fails), None)
+        if failure is None:
+            return None
+        self.timeline.append(f"wake failed {unit.name} {','.join(steps)}: {failure}")
+        if failure == "oom":
+            unit.wedged = True
+            self._tick(timeout)
+            return HttpResult(error="timed out")
+        return HttpResult(failure, json.dumps({"error": {"message": "wake failed"}}))
+
     def answer(self, unit, method, path, payload=None, timeout=10.0):  # noqa: PLR0911, PLR0912, C901 - one per route
         """What `unit`'s server answers to `method path`."""
+        if unit is not None and unit.wedged and unit.main_pid:  # alive, never answering
+            self._tick(timeout)
+            return HttpResult(error="timed out")
         if (unit is None or unit.active_state != "active" or unit.behaviour in (HANG, RESTART_LOOP)
                 or self.now < unit.started_at + unit.warmup_s):
             return HttpResult(error=CONN_REFUSED)

@@ -629,3 +629,63 @@ def test_a_sleeper_that_leaves_green_short_fails_naming_the_need(tmp_path, port)
     assert free < asks
     assert exc.msg.endswith("Rolled back: blue woke and is serving again.")
     assert "residuals" not in world.saved()
+
+
+# --- a level-2 wake that fails leaves no live process (issue 44 case 4) ------------------------
+
+def test_a_level_2_wake_that_runs_out_of_memory_stops_green_and_the_result_says_so(
+        tmp_path, port):
+    """The GPU suite: a level-2 reload beside a sleeper ran out of memory at
+    wake_up?tags=kv_cache and the process stayed alive, never answering. Green's unit is
+    stopped at once (before blue wakes back into the memory it held), and the result names
+    it in failed_wakes."""
+    world = World(tmp_path, port, green_asleep=2)
+    world.g.wake_fails = {"kv_cache": "oom"}
+    exc = world.fail()
+    assert ("green green did not wake: POST /wake_up?tags=kv_cache answered timed out; its "
+            "unit was stopped (a failed wake leaves no live process)") in exc.msg
+    assert exc.msg.endswith("Rolled back: blue woke and is serving again.")
+    assert exc.fields["failed_wakes"] == [{
+        "model": "green", "unit": G, "role": "green", "level": 2, "stopped": True,
+        "why": "green green did not wake: POST /wake_up?tags=kv_cache answered timed out"}]
+    assert (world.g.active_state, world.g.main_pid, world.g.wedged) == ("inactive", 0, False)
+    events = world.host.events()
+    stop = events.index(f"stop {G}")
+    assert stop < events.index(f"wake {B} tags=weights,kv_cache")  # freed before blue wakes
+    assert (world.b.asleep, world.b.main_pid) == (0, 4242)
+    assert world.saved()["active"]["model"] == "blue"
+    assert world.saved()["sleeping"] == []
+
+
+def test_a_level_2_wake_whose_reload_fails_for_a_straggler_stops_blue_and_starts_it_again(
+        tmp_path, port):
+    """Blue asleep at level 2 is woken for a request that reached it asleep; its
+    reload_weights answers 500. Blue is stopped (not woken again into the same failure) and
+    the rollback starts it again: the host ends serving blue, no process left half awake."""
+    world = World(tmp_path, port)
+    world.b.stragglers_per_sleep = [1]
+    world.b.wake_fails = {"reload_weights": 500}
+    exc = world.fail(sleep_level=2)
+    assert "blue blue did not wake: POST /collective_rpc answered 500" in exc.msg
+    assert "its unit was stopped (a failed wake leaves no live process)" in exc.msg
+    assert exc.msg.endswith("Rolled back: blue is serving again.")
+    assert [(w["role"], w["level"], w["stopped"]) for w in exc.fields["failed_wakes"]] == [
+        ("blue", 2, True)]
+    assert world.b.main_pid not in (0, 4242)  # started again, not the half-woken process
+    assert (world.b.active_state, world.b.asleep) == ("active", 0)
+    assert world.nginx.loaded == BLUE_PORT
+    assert world.saved()["active"]["model"] == "blue"
+
+
+def test_blue_whose_level_2_wake_back_fails_is_stopped_and_the_result_says_so(tmp_path, port):
+    """Green crashes; blue, asleep at level 2, is woken back and runs out of memory at
+    wake_up?tags=kv_cache: it is stopped, never left alive and unanswering."""
+    world = World(tmp_path, port, green=CRASH)
+    world.b.wake_fails = {"kv_cache": "oom"}
+    exc = world.fail(sleep_level=2)
+    assert "Rollback FAILED: blue did not pass its health gate either" in exc.msg
+    assert "its unit was stopped (a failed wake leaves no live process)" in exc.msg
+    assert [(w["model"], w["role"], w["level"], w["stopped"])
+            for w in exc.fields["failed_wakes"]] == [("blue", "blue", 2, True)]
+    assert (world.b.active_state, world.b.main_pid) == ("inactive", 0)
+    assert (world.g.active_state, world.g.main_pid) in (("inactive", 0), ("failed", 0))

@@ -26,11 +26,13 @@ ENTRIES = {
     "minimax_m25": {
         "repo_id": "MiniMaxAI/MiniMax-M2.5", "gpus": list(range(8)),
         "size_bytes": 230000000000, "switch_mode": "warm", "revision": "a" * 40,
+        "vllm": {"variant": "cuda", "version": "0.33.0"},
         "serve": {"tensor_parallel_size": 8, "enable_expert_parallel": True,
                   "max_model_len": 196608, "gpu_memory_utilization": 0.92}},
     "kimi_k25_int4": {
         "repo_id": "moonshotai/Kimi-K2.5", "gpus": list(range(8)), "size_bytes": 595000000000,
         "switch_mode": "warm", "revision": "b" * 40,
+        "vllm": {"variant": "cuda", "version": "0.33.0"},
         "serve": {"tensor_parallel_size": 8, "max_model_len": 131072,
                   "gpu_memory_utilization": 0.92, "kv_cache_dtype": "fp8",
                   "decode_context_parallel_size": 8}},
@@ -60,7 +62,8 @@ def _recorded(name, share=0.92, **changes):
     green = _green(name)
     entry = {"model": name, "unit": f"vllm-{name}.service", "gpus": list(range(8)),
              "repo_id": ENTRIES[name]["repo_id"], "revision": ENTRIES[name]["revision"],
-             "sleep_mode": True, "sizing": ws.record_sizing(green, share)}
+             "sleep_mode": True, "sizing": ws.record_sizing(green, share),
+             "vllm_version": "0.33.0-cuda"}  # vllm_install_version '-' vllm_install_variant
     entry.update(changes)
     return entry
 
@@ -97,7 +100,8 @@ def test_minimax_to_kimi_on_a_host_with_512_gib_available_is_level_1_at_the_lowe
         "weights_bytes_per_gpu": FITS["kimi_k25_int4"]["weights_bytes_per_gpu"],
         "gpus_needed": 8, "tensor_parallel_size": 8, "gpu_memory_utilization": 0.8738,
         "catalog_gpu_memory_utilization": 0.92, "mla": True,
-        "architecture": FITS["kimi_k25_int4"]["architecture"], "speculative": None}
+        "architecture": FITS["kimi_k25_int4"]["architecture"], "speculative": None,
+        "quantization": "compressed-tensors"}
 
 
 def test_kimi_back_to_minimax_with_512_gib_stops_kimi_and_says_by_how_much():
@@ -295,6 +299,16 @@ def _spec_blue(speculative, architecture="Qwen3MoeForCausalLM"):
     return {"active": active}
 
 
+def _verified_blue(architecture="Qwen3MoeForCausalLM", vllm_version="0.26.0-cuda",
+                   quantization="none", speculative=None):
+    """MiniMax-M2.5's record as a model a GPU run showed waking from level 2: by default
+    Qwen3-MoE, unquantized, on vLLM 0.26.0 (ws.LEVEL_2_WORKS)."""
+    blue = _spec_blue(speculative, architecture)
+    blue["active"]["sizing"]["quantization"] = quantization
+    blue["active"]["vllm_version"] = vllm_version
+    return blue
+
+
 @pytest.mark.parametrize(("entry", "method"), [
     ({"serve": {"speculative_config": {"method": "mtp", "num_speculative_tokens": 3}}}, "mtp"),
     ({"serve": {"speculative_config": '{"method": "eagle3", "model": "x/y"}'}}, "eagle3"),
@@ -313,9 +327,9 @@ def test_a_model_that_decodes_speculatively_never_sleeps_at_level_2_under_auto()
     """Level 1 does not fit (no MemAvailable): without speculative decoding this blue sleeps at
     level 2; with MTP it stops, the reason naming vllm#52479 and #55013."""
     green = _green("kimi_k25_int4")
-    plain = _decide(green, _spec_blue(None))
+    plain = _decide(green, _verified_blue())
     assert (plain["mode"], plain["level"]) == ("warm", 2)
-    plan = _decide(green, _spec_blue("mtp"))
+    plan = _decide(green, _verified_blue(speculative="mtp"))
     assert (plan["mode"], plan["level"], plan["share"]) == ("cold", None, 0.92)
     assert plan["reasons"] == [(
         "minimax_m25 decodes speculatively (mtp) and level 1 does not fit (host memory not "
@@ -432,3 +446,83 @@ def test_a_residual_measured_another_way_is_not_used(changes):
     plan = _decide(_green("kimi_k25_int4"),
                    {"active": active, "residuals": _measured(**args)}, mem=512 * GIB)
     assert plan["residual_bytes_per_gpu"] == ws.sleep_residual_bytes(8)[0]
+
+
+# --- the level fits the model: an allow-list of GPU runs (issue 44 case 4) ---------------------
+
+def test_auto_sleeps_at_level_2_a_model_whose_level_2_wake_a_gpu_run_showed_working():
+    """Qwen3-MoE, unquantized, on vLLM 0.26.0: the H200 run of 05:26 woke it from level 2 with
+    identical greedy ids. Level 1 does not fit (no MemAvailable): it sleeps at level 2, and
+    the plan names the run."""
+    plan = _decide(_green("kimi_k25_int4"), _verified_blue())
+    assert (plan["mode"], plan["level"]) == ("warm", 2)
+    assert plan["reasons"][-1].endswith(
+        "; a GPU run showed its level-2 wake working: Qwen3MoeForCausalLM on vLLM 0.26.0 "
+        "(H200, unquantized weights: bench/output/gpu/gpu-h200-vllm-0.26.0-20261206T0526.json "
+        "shapes.qwen3_moe_m2.level2)")
+
+
+def test_auto_stops_an_architecture_no_run_shows_on_the_vllm_it_runs_and_names_the_runs():
+    """LlamaForCausalLM on the product's vLLM 0.33.0: no GPU run shows its level-2 wake
+    working (the H100 run's llama_gqa level 2 could not be judged), so under auto it stops
+    instead; the reason names the runs there are."""
+    plan = _decide(_green("kimi_k25_int4"), _verified_blue("LlamaForCausalLM", "0.33.0-cuda"))
+    assert (plan["mode"], plan["level"], plan["share"]) == ("cold", None, 0.92)
+    assert plan["reasons"] == [(
+        "minimax_m25 is LlamaForCausalLM and level 1 does not fit (host memory not known (no "
+        "host_memory_bytes in the hardware profile, no /proc/meminfo read)); level 2: no GPU "
+        "run shows a level-2 wake of LlamaForCausalLM working on vLLM 0.33.0 (no run of it on "
+        "any version; runs exist for DeepseekV3ForCausalLM on vLLM 0.26.0 (H200, unquantized "
+        "weights: bench/output/gpu/gpu-h200-vllm-0.26.0-20261206T0521.json "
+        "level2.deepseek_v3_mla); Qwen3MoeForCausalLM on vLLM 0.26.0 (H200, unquantized "
+        "weights: bench/output/gpu/gpu-h200-vllm-0.26.0-20261206T0526.json "
+        "shapes.qwen3_moe_m2.level2)). It stops instead (vllm_fleet_sleep_level: 2 tries "
+        "level 2 anyway)")]
+
+
+def test_a_run_on_another_vllm_or_with_other_weights_does_not_count():
+    """The version is matched exactly and a row covers the weights its run had."""
+    newer = _decide(_green("kimi_k25_int4"), _verified_blue(vllm_version="0.33.0-cuda"))
+    assert (newer["mode"], newer["level"]) == ("cold", None)
+    assert ("level 2: no GPU run shows a level-2 wake of Qwen3MoeForCausalLM working on vLLM "
+            "0.33.0 (runs show it working on Qwen3MoeForCausalLM on vLLM 0.26.0 (H200, "
+            "unquantized weights: bench/output/gpu/gpu-h200-vllm-0.26.0-20261206T0526.json "
+            "shapes.qwen3_moe_m2.level2)). It stops instead") in newer["reasons"][0]
+    fp8 = _decide(_green("kimi_k25_int4"), _verified_blue(quantization="fp8"))
+    assert (fp8["mode"], fp8["level"]) == ("cold", None)
+    assert ("working on vLLM 0.26.0 with fp8 quantization (runs show it working on "
+            "Qwen3MoeForCausalLM on vLLM 0.26.0 (H200, unquantized") in fp8["reasons"][0]
+    unknown = _verified_blue()
+    del unknown["active"]["vllm_version"]  # a record that does not say
+    plan = _decide(_green("kimi_k25_int4"), unknown)
+    assert (plan["mode"], plan["level"]) == ("cold", None)
+    assert "level 2: the vLLM version it runs is not known" in plan["reasons"][0]
+
+
+def test_an_explicit_level_2_no_run_shows_is_allowed_and_said_unverified():
+    """vllm_fleet_sleep_level: 2 for a model no run showed failing nor working: the operator
+    asked, so it sleeps at level 2; the plan says it is unverified and which runs exist."""
+    blue = _verified_blue("LlamaForCausalLM", "0.33.0-cuda")
+    plan = _decide(_green("kimi_k25_int4"), blue, mem=1024 * GIB, sleep_level="2")
+    assert (plan["mode"], plan["level"]) == ("warm", 2)
+    assert plan["reasons"][-1].startswith("level 2, as vllm_fleet_sleep_level asks (the host "
+                                          "RAM would hold level 1: host RAM for level 1")
+    assert ("; unverified: no GPU run shows a level-2 wake of LlamaForCausalLM working on "
+            "vLLM 0.33.0 (no run of it on any version;") in plan["reasons"][-1]
+    assert plan["reasons"][-1].endswith("(vllm_fleet_sleep_level: 2 asks for it; a wake that "
+                                        "fails stops minimax_m25)")
+    assert any("unverified" in line for line in plan["lines"])
+    verified = _decide(_green("kimi_k25_int4"), _verified_blue(), sleep_level="2")
+    assert (verified["level"], "unverified" in verified["reasons"][-1]) == (2, False)
+
+
+def test_the_vllm_version_comes_from_the_catalog_entry_and_the_record():
+    """One owner: the catalog entry's vllm.version (vllm_model installs it as
+    vllm_install_version); the record keeps it as vllm_version '<version>-<variant>'."""
+    assert _green("minimax_m25")["vllm_version"] == "0.33.0"
+    assert ws.recorded_model(_recorded("minimax_m25"))["vllm_version"] == "0.33.0"
+    assert [ws.recorded_vllm_version(v) for v in ("0.26.0-cuda", "0.32.0-cpu", "0.33.0", None,
+                                                  "0.33.0-dev1")] == [
+        "0.26.0", "0.32.0", "0.33.0", None, "0.33.0-dev1"]
+    assert ws.recorded_model(_recorded("minimax_m25"))["quantization"] == "fp8"
+    assert ws.quantization_method({}) is None

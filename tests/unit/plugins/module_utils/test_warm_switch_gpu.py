@@ -56,6 +56,8 @@ def test_the_committed_runs_are_the_ones_this_test_names(runs):
     cards = sorted({(r["env"]["card"], r["started"][:16]) for r in runs})
     assert cards == [("NVIDIA H100 80GB HBM3", "2026-12-06T05:03"),
                      ("NVIDIA H100 80GB HBM3", "2026-12-06T05:09"),
+                     ("NVIDIA H100 80GB HBM3", "2026-12-06T08:07"),
+                     ("NVIDIA H100 80GB HBM3", "2026-12-06T08:14"),
                      ("NVIDIA H200", "2026-12-06T05:21"), ("NVIDIA H200", "2026-12-06T05:26")]
 
 
@@ -194,16 +196,39 @@ def test_the_level_2_rules_follow_what_each_architecture_did(runs):
         "deepseek_v3_mla", "minimax_m2", "qwen3_moe_m2"}
     for one, shape, out in results:
         arch = one["models"][shape]["architectures"][0]
-        model = {"architecture": arch, "mla": shape == "deepseek_v3_mla"}
+        model = {"architecture": arch, "mla": shape == "deepseek_v3_mla", "gpus": [0],
+                 "speculative": None, "vllm_version": one["env"]["vllm"], "quantization": "none"}
         if not out["ok"]:
             assert arch in ws.LEVEL_2_FAILS, (shape, out.get("error"))
             assert "functools.partial" in out["error"]
-        elif not model["mla"]:
+        else:  # woke with identical ids: on the allow-list for that vLLM, naming this run
+            assert out["ids_identical"] is True
             assert ws.level_2_failure(model) is None, shape
-            assert out["ids_identical"] is True
-        else:  # MLA woke on the GPU: the rule that still stops it says it is not this path
-            assert out["ids_identical"] is True
-            assert "quantized MLA weights are not measured on a GPU" in ws.MLA_LEVEL_2
+            # the row names one run of this architecture and vLLM (a later run agrees)
+            assert ws.level_2_run(model)["run"] in {r["file"] for r in runs}, shape
+
+
+def test_each_allow_list_row_is_a_run_that_woke_from_level_2_with_identical_ids():
+    """ws.LEVEL_2_WORKS: each row's run (committed JSON) holds, at the row's `at`, a level-2
+    wake of that architecture on that vLLM and card that passed its gate with the greedy ids
+    it computed before it slept; the suite's shapes are unquantized bf16."""
+    for (arch, version), row in ws.LEVEL_2_WORKS.items():
+        one = _load(ROOT / ws.GPU_RUNS / row["run"])
+        out = one
+        for key in row["at"].split("."):
+            out = out[key]
+        shape = row["at"].split(".")[1]  # level2.<shape> or shapes.<shape>.level2
+        assert one["models"][shape]["architectures"] == [arch], row
+        assert one["env"]["vllm"] == version, row
+        assert row["card"] in one["env"]["card"], row
+        assert row["weights"] == "none", row  # the suite's shapes: bf16, no quantization_config
+        assert (out["ok"], out["ids_identical"], out["gate"]["ok"]) == (True, True, True), row
+        assert out["gate"]["fingerprint"] == "matched", row
+        assert out["steps"][:3] == [["POST", "/wake_up?tags=weights"],
+                                    ["POST", "/collective_rpc"],
+                                    ["POST", "/wake_up?tags=kv_cache"]], row
+    # The runs the suite could not judge (no fingerprint before the sleep) are not rows.
+    assert ("LlamaForCausalLM", "0.26.0") not in ws.LEVEL_2_WORKS
 
 
 def test_decide_again_on_the_runs_figures_gives_a_share_vllm_accepts(run):
