@@ -57,10 +57,13 @@ def _switch_rows(sw):
                     f"{gib(plan.get('residual_bytes_per_gpu'))} |")
     sleep = sw.get("blue_sleep") or {}
     if sleep:
+        room = sleep.get("green_room")
+        check = (f"green's need at its share {sleep.get('green_share_checked')}: "
+                 f"{gib(room['requested_bytes'])} of {gib(room['free_bytes'])} free"
+                 if room else f"product's bound {gib(sleep.get('product_residual_bound_bytes'))}")
         rows.append(f"| level-{sleep.get('level')} sleep of blue (first), through the product | "
                     f"{secs(sleep.get('first_sleep_s'))}; residual "
-                    f"{gib(sleep.get('residual_bytes'))} (product's bound "
-                    f"{gib(sleep.get('product_residual_bound_bytes'))}): post-sleep check "
+                    f"{gib(sleep.get('residual_bytes'))} ({check}): post-sleep check "
                     f"{sleep.get('post_sleep_check')}; MemAvailable "
                     f"-{gib(sleep.get('host_ram_drop_bytes'))} = "
                     f"{sleep.get('host_ram_factor')}x the weights; sleeper locked "
@@ -86,7 +89,9 @@ def _switch_rows(sw):
                     f"{secs(back.get('green_sleep_s'))}, blue's wake "
                     f"{secs(back.get('blue_wake_s'))}, wake + gate "
                     f"{secs(back.get('blue_wake_and_gate_s'))}); ids identical: "
-                    f"{back.get('ids_identical')} |")
+                    f"{back.get('ids_identical')}"
+                    + (f"; green kept {gib(back['green_residual_bytes'])} asleep"
+                       if back.get("green_residual_bytes") else "") + " |")
     for number, cycle in enumerate(sw.get("blue_cycles") or [], 2):
         rows.append(f"| level-1 cycle {number} of blue | sleep {secs(cycle.get('sleep_s'))}, "
                     f"residual {gib(cycle.get('residual_bytes'))}, wake "
@@ -141,6 +146,11 @@ def render(result, markdown=True):
     head = (f"Measured on {where(result.get('env') or {})} ({result.get('started', '?')}; "
             "bench/gpu/suite.py)")
     lines = [head, "", "| what | measured |", "|---|---|"]
+    models = result.get("models") or {}
+    if models:
+        lines.append("| models (random weights, made on the host) | " + "; ".join(
+            f"{shape} {info.get('layers')} layers, {gib(info.get('safetensors_bytes'))}"
+            for shape, info in sorted(models.items())) + " |")
     lines += _server_rows(result)
     lines += _switch_rows(result.get("switch") or {})
     lines += _level2_rows(result)

@@ -51,14 +51,17 @@ KIB = 1024
 # It replaces 1.20 GiB (vLLM production-stack's tutorial 19, a small model), which real
 # sleepers exceeded: the post-sleep check failed and every warm switch rolled back. The
 # residual depends on the model and the card, not only on the layout: the MiniMax-M2 and
-# Qwen3-MoE shapes kept 1.77 GiB on an H100 and on an H200 alike, a Llama GQA shape 0.96
-# GiB, the DeepSeek-V3 (MLA) shape 1.92-2.03 GiB on an H100 but 3.33 GiB on an H200 (141 GB,
-# a KV cache of 113 GiB), where the 2.25 GiB this default was before failed the product's
-# own post-sleep check (bench/output/gpu/gpu-h200-vllm-0.26.0-20261206T0521.json).
-MEASURED_SLEEPER_BYTES = int(Decimal("3.35") * GIB)
-MEASURED_SLEEPER_SOURCE = ("3.35 GiB measured at TP 1 (the most a level-1 sleeper kept: the "
-                           "DeepSeek-V3 MLA shape 3.33 GiB on an H200, MoE shapes 1.77 GiB "
-                           "on H100 and H200; vLLM 0.26.0, bench/output/gpu/)")
+# Qwen3-MoE shapes kept 1.71-1.78 GiB on an H100 and an H200 alike (13.7 and 27.3 GiB of
+# weights), a Llama GQA shape 0.96 GiB, the DeepSeek-V3 (MLA) shape 1.92-2.03 GiB at 2
+# layers on an H100, 3.33 GiB on an H200 and 3.33-3.56 GiB at 4 layers on an H100
+# (bench/output/gpu/gpu-h100-80gb-hbm3-vllm-0.26.0-20261206T0814.json). The default is
+# only the plan's figure for a model that never slept on the host: the post-sleep check
+# weighs green's need against what is free, and the residual a model kept is recorded at its
+# sleep and used by its next plan (recorded_residual).
+MEASURED_SLEEPER_BYTES = int(Decimal("3.6") * GIB)
+MEASURED_SLEEPER_SOURCE = ("3.60 GiB measured at TP 1 (the most a level-1 sleeper kept: the "
+                           "DeepSeek-V3 MLA shape 3.56 GiB on an H100, 3.33 GiB on an H200; "
+                           "MoE shapes 1.71-1.78 GiB; vLLM 0.26.0, bench/output/gpu/)")
 # Host RAM kept for everything but pinned weights (green's own processes: API
 # server, engine core, one worker per GPU; the OS): a chosen margin, not a
 # measured figure (vllm_fleet_warm_host_reserve_bytes).
@@ -277,8 +280,8 @@ def speculative_method(entry):
 PINNED_HOST_FACTOR = 2
 # What the plan says of that first sleep (the figures: bench/output/gpu/, 13.7 GiB of weights).
 FIRST_SLEEP_NOTE = ("a process's first level-1 sleep allocates them (9.5-17.8 s measured for "
-                    "13.7 GiB, H100/H200, vLLM 0.26.0: inside that switch's outage; later "
-                    "sleeps 0.4 s)")
+                    "13.7 GiB, 26.4-30.4 s for 27.3 GiB, H100/H200, vLLM 0.26.0: inside that "
+                    "switch's outage; later sleeps 0.4-0.6 s)")
 
 
 def pinned_bytes(model):

@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import threading
+from pathlib import Path
 
 import pytest
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import haproxy_state
@@ -49,8 +50,25 @@ def worker_pid(bal):
     )
 
 
+def workers(bal):
+    """The master's worker processes (its children)."""
+    try:
+        text = Path(f"/proc/{bal.pid}/task/{bal.pid}/children").read_text()
+    except OSError:
+        return []
+    return text.split()
+
+
 def reload_as_the_role_does(bal):
-    """The handler's two steps: save the state, then the unit's reload (SIGUSR2)."""
+    """The handler's two steps: save the state, then the unit's reload (SIGUSR2).
+
+    A reload is sent once the previous one has finished (the master reaped the old worker):
+    HAProxy 2.6's master re-executes itself on each reload, and a SIGUSR2 that reached it
+    before it was back in its loop was lost - no "Reloading HAProxy" in its log, the new
+    worker of the reload before still serving 60 s later (2 runs in 37 under a load of 4 on
+    2 cores, 2026-12-06). The role's reloads are a play apart."""
+    wait_for(lambda: len(workers(bal)) == 1, "the previous reload's old worker to exit",
+             timeout=RELOAD_WAIT_S)
     before = worker_pid(bal)
     saved = haproxy_state.save(
         bal.values["vllm_balancer_socket"], bal.values["vllm_balancer_server_state_file"]

@@ -22,7 +22,11 @@ AWAKE_MIB, ASLEEP_MIB = 70000, 2200
 
 
 def publish():
-    (SMI / str(os.getpid())).write_text(str(ASLEEP_MIB if STATE["asleep"] else AWAKE_MIB))
+    # temp + rename: the stand-in nvidia-smi, run at any moment, never reads a half-written
+    # file (a truncated one read as no process: the suite's own test failed 1 run in 2)
+    tmp = SMI / f".{os.getpid()}.tmp"
+    tmp.write_text(str(ASLEEP_MIB if STATE["asleep"] else AWAKE_MIB))
+    os.replace(tmp, SMI / str(os.getpid()))
 
 
 class Handler(BaseHTTPRequestHandler):

@@ -6,7 +6,7 @@ sleeper, and why a switch stays cold (issue 35, item 2).
 Sources of the figures: vLLM's start-up check request_memory() in
 vllm-project/vllm:vllm/v1/worker/utils.py at 0027b02769fb (ceil(total x
 gpu_memory_utilization) against the free memory, "Free memory on device ... is
-less than desired GPU memory utilization"); the residual: 3.35 GiB, what level-1
+less than desired GPU memory utilization"); the residual: 3.60 GiB, what level-1
 sleepers kept on an H100 with vLLM 0.26.0 (the GPU suite, bench/output/gpu/), plus
 the fit's non-torch term for tensor parallel (fit_overhead.py); the host RAM a
 level-1 sleeper pins: up to 2x its weights (torch's power-of-two pinned buffers).
@@ -82,7 +82,7 @@ def _steps(host_bytes, **kwargs):
 
 
 TORCH_TOTAL = RTX["memory_total_bytes"] - fo.DEFAULT_DRIVER_RESERVE_MIB * 1024**2
-TP_RESIDUAL = int(Decimal("3.35") * GIB) + int(Decimal("1.03") * GIB)
+TP_RESIDUAL = int(Decimal("3.6") * GIB) + int(Decimal("1.03") * GIB)
 MINIMAX_WEIGHTS = FITS["minimax_m25"]["weights_bytes_per_gpu"] * 8
 KIMI_WEIGHTS = FITS["kimi_k25_int4"]["weights_bytes_per_gpu"] * 8
 MINIMAX_PINNED = 2 * MINIMAX_WEIGHTS
@@ -91,10 +91,10 @@ KIMI_PINNED = 2 * KIMI_WEIGHTS
 
 def test_the_residual_is_the_measured_sleeper_and_non_torch_on_top_with_tp():
     assert ws.sleep_residual_bytes(8) == (
-        TP_RESIDUAL, ("3.35 GiB measured at TP 1 + non-torch 1.03 GiB for TP8 (modelled: "
+        TP_RESIDUAL, ("3.60 GiB measured at TP 1 + non-torch 1.03 GiB for TP8 (modelled: "
                       "tensor parallel not measured)"))
-    assert round(TP_RESIDUAL / GIB, 2) == 4.38
-    assert ws.sleep_residual_bytes(1) == (int(Decimal("3.35") * GIB),
+    assert round(TP_RESIDUAL / GIB, 2) == 4.63
+    assert ws.sleep_residual_bytes(1) == (int(Decimal("3.6") * GIB),
                                           ws.MEASURED_SLEEPER_SOURCE)
     assert ws.sleep_residual_bytes(8, override=3 * GIB) == (
         3 * GIB, "vllm_fleet_sleep_residual_bytes_per_gpu")
@@ -120,7 +120,7 @@ def test_512_gib_level_1_for_minimax_level_2_for_kimi_with_the_shortfall():
     # green's share lowered by the sleeper's residual, floored to 4 decimals
     share = float((Decimal("0.92") - Decimal(TP_RESIDUAL) / Decimal(TORCH_TOTAL))
                   .quantize(Decimal("0.0001"), rounding=ROUND_FLOOR))
-    assert first["share"] == share == 0.8738
+    assert first["share"] == share == 0.8712
     assert first["fit"]["fits"] is True
     assert first["fit"]["margin_bytes_per_gpu"] == _refit("kimi_k25_int4", share)[
         "margin_bytes_per_gpu"]
@@ -154,7 +154,7 @@ def test_512_gib_level_1_for_minimax_level_2_for_kimi_with_the_shortfall():
     # and back again: Kimi stopped, so it starts beside MiniMax asleep at level 1 again
     assert again["host"]["other_pinned_bytes"] == 0
     assert not again["green_wakes"]
-    assert again["share"] == 0.8738
+    assert again["share"] == 0.8712
 
 
 def test_one_tib_holds_minimax_at_level_1_not_kimi_whose_pinned_buffers_take_twice_its_weights():
@@ -210,13 +210,13 @@ def test_another_process_on_one_gpu_fails_vllms_free_memory_check_there():
     gpus[3]["memory_used_bytes"] = 8 * GIB  # something else holds 8 GiB on GPU 3
     plan = ws.plan_switch(_model("minimax_m25"), _model("kimi_k25_int4"), gpus=gpus,
                           host_ram_bytes=512 * GIB, refit=_kimi_refit)
-    requested = math.ceil(TORCH_TOTAL * 0.8738)
+    requested = math.ceil(TORCH_TOTAL * 0.8712)
     free = TORCH_TOTAL - 8 * GIB - TP_RESIDUAL
     assert plan["mode"] == "cold"
     assert [c["index"] for c in plan["gpu_checks"] if c["short_bytes"]] == [3]
     assert plan["gpu_checks"][3]["short_bytes"] == requested - free
     reason = (f"GPU 3 short by {(requested - free) / GIB:,.2f} GiB: vLLM's free-memory check "
-              f"wants {requested / GIB:,.2f} GiB (kimi_k25_int4 at 0.8738), "
+              f"wants {requested / GIB:,.2f} GiB (kimi_k25_int4 at 0.8712), "
               f"{free / GIB:,.2f} GiB free beside {TP_RESIDUAL / GIB:,.2f} GiB of sleepers")
     assert plan["reasons"] == [reason]
 

@@ -58,6 +58,7 @@ def test_the_committed_runs_are_the_ones_this_test_names(runs):
                      ("NVIDIA H100 80GB HBM3", "2026-12-06T05:09"),
                      ("NVIDIA H100 80GB HBM3", "2026-12-06T08:07"),
                      ("NVIDIA H100 80GB HBM3", "2026-12-06T08:14"),
+                     ("NVIDIA H100 80GB HBM3", "2026-12-06T08:19"),
                      ("NVIDIA H200", "2026-12-06T05:21"), ("NVIDIA H200", "2026-12-06T05:26")]
 
 
@@ -69,8 +70,11 @@ def _level1_residuals(run):
         found.append((f"{run['file']} blue minimax_m2", sw["blue_sleep"]["residual_bytes"]))
     found += [(f"{run['file']} blue cycle", c["residual_bytes"]) for c in sw.get("blue_cycles")
               or []]
-    error = (sw.get("return") or {}).get("green_post_sleep_check_error") or ""
-    if "GPU 0 " in error:  # green's residual, as the product's post-sleep check read it
+    back = sw.get("return") or {}
+    error = back.get("green_post_sleep_check_error") or ""
+    if back.get("green_residual_bytes"):  # what the product's post-sleep check measured
+        found.append((f"{run['file']} green deepseek_v3_mla", back["green_residual_bytes"]))
+    elif "GPU 0 " in error:  # runs before the suite kept it: as the check's error read it
         found.append((f"{run['file']} green deepseek_v3_mla",
                       int(error.rsplit("GPU 0 ", 1)[1].split()[0])))
     found += [(f"{run['file']} {shape}", s["level1"]["residual_bytes"])
@@ -92,7 +96,8 @@ def test_the_residual_default_holds_every_real_level_1_sleeper_and_is_not_loose(
     # within 0.05 GiB of the largest: a looser default lowers every green's share for nothing
     biggest = max(value for _what, value in measured)
     assert default - biggest <= GIB // 20, (default, biggest)
-    # the largest is the MLA green on the H200, which the former 2.25 GiB failed
+    # the largest is an MLA green (3.56 GiB on the H100 at 4 layers, 08:14), which the
+    # former 2.25 GiB failed and the 3.35 GiB after the first runs would have failed too
     assert max(measured, key=lambda m: m[1])[0].endswith("green deepseek_v3_mla")
     assert biggest > int(2.25 * GIB)
 
