@@ -10,9 +10,10 @@ file. A folder without one (a download in progress, anything somebody else
 put there) is never a candidate for removal.
 
 Retention keeps the `keep` most recently verified revisions plus the
-protected ones (the serving commit and the one a rollback returns to), and
-removes the rest: the files its manifest lists, the manifest, our partials,
-then the folders left empty. Nothing else is deleted.
+protected ones (the serving commit and the one a rollback returns to; on a
+shared volume also every commit another host's reference names,
+module_utils/volume_refs.py), and removes the rest: the files its manifest
+lists, the manifest, our partials, then the folders left empty. Nothing else is deleted.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -21,6 +22,7 @@ import contextlib
 import os
 import shutil
 
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils import volume_refs
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.hf_download import (
     MANIFEST_NAME,
     SNAPSHOTS_DIR,
@@ -129,16 +131,28 @@ def remove_revision(rev):
                 _remove_empty_dirs(os.path.join(folder, sub.split("/")[0]))
 
 
-def prune(base_dir, keep, protect, check_mode=False):
-    """Apply retention under `base_dir`. Returns the module's result dict."""
+def prune(base_dir, keep, protect, check_mode=False, references=None):
+    """Apply retention under `base_dir`. Returns the module's result dict.
+
+    `references`: what the shared volume's hosts hold of this repo
+    (volume_refs.read_references): every commit they name is protected too, and an
+    unreadable reference removes nothing (the result's `references_unreadable` names it).
+    None: a volume of this host alone (the record's protect list only)."""
+    references = references or {"held": {}, "unreadable": []}
+    held = references.get("held") or {}
+    unreadable = list(references.get("unreadable") or [])
     revisions, unmanaged = list_revisions(base_dir)
-    missing = sorted({c for c in protect or [] if c} - {r["commit"] for r in revisions})
-    kept, removed = plan_prune(revisions, keep, protect)
+    protect = {c for c in protect or [] if c}
+    missing = sorted(protect - {r["commit"] for r in revisions})
+    kept, removed = plan_prune(revisions, keep, protect | set(held))
+    if unreadable:  # a host's needs are unknown: keep every revision (fail safe)
+        kept, removed = revisions, []
     if not check_mode:
         for rev in removed:
             remove_revision(rev)
     summary = [{k: r[k] for k in ("commit", "dir", "layout", "bytes")} for r in kept]
     gone = [{k: r[k] for k in ("commit", "dir", "layout", "bytes")} for r in removed]
+    on_disk = {r["commit"] for r in revisions}
     return {
         "changed": bool(removed),
         "revisions": summary,
@@ -146,8 +160,40 @@ def prune(base_dir, keep, protect, check_mode=False):
         "bytes_freed": sum(r["bytes_unshared"] for r in removed),
         "unmanaged": unmanaged,
         "protected_missing": missing,
+        "held_by_hosts": {c: hosts for c, hosts in sorted(held.items()) if c in on_disk},
+        "references_unreadable": unreadable,
         "diff": {
             "before": {"revisions": [r["commit"] for r in revisions]},
             "after": {"revisions": [r["commit"] for r in kept]},
         },
     }
+
+
+def prune_on_volume(base_dir, keep, protect, volume, check_mode=False, lease=None):
+    """Retention on a models volume other hosts share: under the repo's lease (`lease`, a
+    context manager; the download's, so no host stages or retains this repo meanwhile),
+    write this host's reference, then read every host's and prune keeping what they name.
+
+    `volume`: {models_root, repo_id, host, name, record, staged, retention}; `retention`
+    false writes the reference only (before a switch: `staged` is the commit to come).
+    Check mode writes nothing and reads the references without the lease."""
+    ref = volume_refs.reference(volume["host"], volume["name"], volume["record"],
+                                volume["repo_id"], volume.get("staged") or [])
+    path = volume_refs.ref_path(volume["models_root"], volume["host"])  # a valid name first
+    with lease if lease is not None and not check_mode else contextlib.nullcontext():
+        ref_changed = volume_refs.written_revisions(path) != ref["revisions"]
+        if not check_mode:
+            volume_refs.write_reference(volume["models_root"], volume["host"], ref)
+        if not volume.get("retention", True):
+            return {"changed": ref_changed, "reference": path,
+                    "reference_revisions": ref["revisions"]}
+        references = volume_refs.read_references(volume["models_root"], volume["repo_id"])
+        if check_mode:  # this host's reference as it would be written
+            for e in ref["revisions"]:
+                if e["repo_id"] == volume["repo_id"]:
+                    references["held"].setdefault(e["revision"], []).append(
+                        "%s (%s)" % (volume["host"], e["as"]))
+        result = prune(base_dir, keep, protect, check_mode=check_mode, references=references)
+    result.update(reference=path, reference_revisions=ref["revisions"],
+                  changed=result["changed"] or ref_changed)
+    return result
