@@ -94,7 +94,8 @@ class World:
                          record_file=str(self.record_file) if kwargs.pop("publish", False)
                          else None, hold_file=str(self.hold_file) if self.hold_file else None)
         host = Host(self.host.run_command, request=self.host.request, clock=self.host.clock,
-                    wall=self.host.wall, sleep=self.host.sleep, cgroup_root=self.host.cgroup_root)
+                    wall=self.host.wall, sleep=self.host.sleep, proc=self.host.proc,
+                    cgroup_root=self.host.cgroup_root)
         procs = kwargs.pop("gpu_processes", None)
         return Cutover(host, self.green, str(self.state_file), Settings(**kwargs),
                        frontdoor=door, gpu_processes=procs)
