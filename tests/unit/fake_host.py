@@ -403,6 +403,7 @@ class FakeHost:
 
     def _squatter_answer(self, served, method, path):
         """What a squatter answers: a vLLM look-alike serving `served`, one token."""
+        self.timeline.append(f"intruder answered {method} {path}")
         if path == "/health":
             return HttpResult(200, "")
         if path == "/v1/models":
