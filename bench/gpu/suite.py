@@ -49,6 +49,7 @@ import shapes  # noqa: E402
 import table  # noqa: E402
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import (  # noqa: E402
     cutover,
+    listener,
     warm_switch,
 )
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import (  # noqa: E402
@@ -59,6 +60,25 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import (  
 )
 
 GIB = 1024**3
+
+
+class SessionProc(listener.ProcFs):
+    """This host's /proc, where a unit's processes (its session, procs.ProcessHost: no
+    systemd here) live in its stand-in cgroup, so the gate's listener check finds them."""
+
+    def __init__(self, host):
+        super().__init__()
+        self.host = host
+
+    def read(self, path):
+        pid, _sep, name = path.partition("/")
+        if name == "cgroup" and pid.isdigit():
+            for unit in list(self.host.units):
+                if int(pid) in self.host.pids(unit):
+                    return f"0::{self.host.group(unit)}\n"
+        return super().read(path)
+
+
 # Environment for every process started here: no NVLink multicast (the lent machines'
 # rule), no FlashInfer sampler (not installed: gpu-notes), vLLM's dev routes (sleep/wake).
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
@@ -86,7 +106,8 @@ class Suite:
         self.models_dir = Path(args.models)
         self.work = Path(tempfile.mkdtemp(prefix="gpu-suite-"))
         self.host = procs.ProcessHost(self.work / "cgroup")
-        self.chost = cutover.Host(self.host.run_command, cgroup_root=self.host.cgroup_root)
+        self.chost = cutover.Host(self.host.run_command, cgroup_root=self.host.cgroup_root,
+                                  proc=SessionProc(self.host))
         self.made = {}
         self.layers = dict(LAYERS, **layer_counts(args.layers))
         self.port = args.port

@@ -23,6 +23,7 @@ import os
 import time
 
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import fingerprint as prints
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils import listener
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import record as records
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import (
     FrontDoorError,
@@ -102,8 +103,11 @@ class Host:
     """The host's seams: commands, HTTP, clocks. Tests pass a fake host's."""
 
     def __init__(self, run_command, request=urllib_request, clock=time.monotonic,
-                 wall=time.time, sleep=time.sleep, cgroup_root=None):
+                 wall=time.time, sleep=time.sleep, cgroup_root=None, proc=None):
         self.run_command = run_command
+        # /proc, where the gate reads who listens on a model's port (the host's own unless
+        # a test gives a fake host's)
+        self.proc = proc if proc is not None else listener.live_proc()
         self.request = request
         self.clock = clock
         self.wall = wall
@@ -282,7 +286,7 @@ def health_gate(host, systemd, settings):
                                  wall=host.wall)
     return UnitGate(systemd, host.request, host.clock, host.sleep,
                     interval=settings.health_interval, smoke_prompt=settings.smoke_prompt,
-                    progress=progress, journal_lines=settings.journal_lines)
+                    progress=progress, journal_lines=settings.journal_lines, proc=host.proc)
 
 
 def unit_show(systemd, unit, props=None):

@@ -121,9 +121,27 @@ def check_once(base_url, served_model_name, smoke_prompt="Hello", max_tokens=4, 
     return True, "ok", f"{tokens} completion tokens: {text[:60]!r}"
 
 
+def _refused(listener):
+    """Why the port is someone else's (the gate fails), or None."""
+    if listener is None:
+        return None
+    found = listener()
+    return found.message if found.refused else None
+
+
+def _trusted(listener, stage, detail):
+    """(ok, stage, detail, refused) of a pass that answered: ok only while the unit's own
+    process listens; not trusted otherwise (stage `listener`, what was found), refused when
+    someone else listens."""
+    found = listener()
+    if found.trusted:
+        return True, stage, detail, False
+    return False, "listener", f"answered ({detail}) but {found.message}", found.refused
+
+
 def wait_healthy(base_url, served_model_name, timeout_s, interval_s=2.0, smoke_prompt="Hello",
                  request=urllib_request, alive=None, clock=time.monotonic, sleep=time.sleep,
-                 since=None):
+                 since=None, listener=None):
     """Poll the gate until it passes, `alive()` says the server died, or time runs out.
 
     `alive` returns (True, "") while the server process may still come up, or
@@ -133,6 +151,10 @@ def wait_healthy(base_url, served_model_name, timeout_s, interval_s=2.0, smoke_p
     that stopped printing).
     `since` is the clock's time the server was started (default: now): `seconds` and
     the timeout count from it.
+    `listener`, when given, says who listens on the server's port (listener.judge: a
+    Listening). It is asked before each pass (someone else's listener fails the gate at
+    once, stage `listener`, before any request goes to it) and again when a pass would say
+    ok: the gate passes only while the unit's own process listens (issue 45, case 2).
     Returns a dict: ok, seconds, stage, detail, attempts.
     """
     start = clock() if since is None else since
@@ -140,9 +162,19 @@ def wait_healthy(base_url, served_model_name, timeout_s, interval_s=2.0, smoke_p
     stage, detail = "health", "not tried"
     while True:
         attempts += 1
+        refused = _refused(listener)
+        if refused is not None:
+            return {"ok": False, "seconds": round(clock() - start, 2), "stage": "listener",
+                    "detail": refused, "attempts": attempts}
         ok, stage, detail = check_once(base_url, served_model_name, smoke_prompt,
                                        request=request)
+        refused = False
+        if ok and listener is not None:
+            ok, stage, detail, refused = _trusted(listener, stage, detail)
         elapsed = clock() - start
+        if refused:
+            return {"ok": False, "seconds": round(elapsed, 2), "stage": stage,
+                    "detail": detail, "attempts": attempts}
         if ok:
             return {"ok": True, "seconds": round(elapsed, 2), "stage": stage,
                     "detail": detail, "attempts": attempts}

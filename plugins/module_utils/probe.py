@@ -60,7 +60,14 @@ when a worker that joined it stopped or started again; a worker follows its
 head (stops when the head stopped, restarts or starts when the head started
 again) and is never probed or restarted on its own.
 
-Everything that touches the host (commands, HTTP, clocks) is a parameter.
+Only the unit's own process is trusted on its port (issue 45 case 2; listener.py): each
+probe of an active unit first reads who listens on its URL's port (/proc/net/tcp, the
+holder's /proc/<pid>/cgroup against the unit's ControlGroup). A listener of another
+cgroup fails the probe at once, naming its pid and uid (counted, even inside the startup
+window: the port is taken, a wait will not mend it); an answer while the unit's own
+process is not seen listening (nobody, or cannot tell) is not a healthy one.
+
+Everything that touches the host (commands, HTTP, clocks, /proc) is a parameter.
 """
 
 import argparse
@@ -72,7 +79,11 @@ import sys
 import time
 
 try:
-    from ansible_collections.vllm_fleet.fleet.plugins.module_utils import durable, replica_watch
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils import (
+        durable,
+        listener,
+        replica_watch,
+    )
     from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import (
         check_once,
         metric_totals,
@@ -84,6 +95,7 @@ try:
     )
 except ImportError:  # on the host: shipped beside health.py and switch_lock.py by vllm_service
     import durable  # type: ignore[no-redef]
+    import listener  # type: ignore[no-redef]
     import replica_watch  # type: ignore[no-redef]
     from health import check_once, metric_totals, urllib_request  # type: ignore[no-redef]
     from switch_lock import describe, in_progress  # type: ignore[no-redef]
@@ -99,7 +111,8 @@ CANNOT_TELL = "cannot tell busy from dead"
 SLEEPING = "sleeping"
 # A replica's worker started or stopped by its watch (replica_watch.py).
 STARTED, STOPPED = "started", "stopped"
-SHOW = ("LoadState", "ActiveState", "SubState", "InvocationID", "ActiveEnterTimestampMonotonic")
+SHOW = ("LoadState", "ActiveState", "SubState", "InvocationID", "ActiveEnterTimestampMonotonic",
+        "ControlGroup")
 TRANSITIONS = ("activating", "deactivating", "reloading", "refreshing")
 # vLLM's monotone counters (vLLM 0.32's /metrics, summed over engines and label sets) and
 # what the journal calls them: any of them rising means the engine stepped. Not
@@ -133,10 +146,11 @@ class Outcome:
     """What one run decided: `verdict` (ok, failed, busy, blind, skipped, restarted, idle), the
     line for the journal (empty when there is nothing to say) and the state to keep."""
 
-    def __init__(self, verdict, message, state):
+    def __init__(self, verdict, message, state, answer=""):
         self.verdict = verdict
         self.message = message
         self.state = state
+        self.answer = answer  # what a healthy gate got ("4 completion tokens: ...")
 
 
 def _read_json(path, default):
@@ -241,9 +255,37 @@ def progress(before, after):
                       f"{after['waiting']}; {counts}")
 
 
-def _probe_active(settings, active, props, state, request, monotonic):
-    """(Outcome, None) when the probe settles it (healthy, starting, blind, busy), else
-    (None, why)."""
+def listener_of(active, props, proc):
+    """listener.judge of the port the active model's URL names, against its unit's cgroup;
+    None where there is no TCP port to judge."""
+    address, port = listener.url_endpoint(active.get("url") or "")
+    if not port:
+        return None
+    return listener.judge(proc, port, address, active["unit"],
+                          lambda: props.get("ControlGroup", ""))
+
+
+def _probe_active(settings, active, props, state, request, monotonic, proc):
+    """(Outcome, None) when the probe settles it (healthy, starting, blind, busy, or not
+    trusted), else (None, why). Someone else listening on the port fails it before any
+    request; a healthy answer counts only while the unit's own process is seen listening."""
+    found = listener_of(active, props, proc)
+    if found is not None and found.refused:
+        return None, f"failed its health probe at listener: {found.message}"
+    settled, why = _probe_answer(settings, active, props, state, request, monotonic)
+    if settled is None or settled.verdict != OK or found is None or found.trusted:
+        return settled, why
+    found = listener_of(active, props, proc)  # the first look may have been a race
+    if found.trusted:
+        return settled, why
+    answer = settled.answer
+    if found.refused:
+        return None, f"answered its health probe ({answer}) but {found.message}"
+    return _untrusted(active["unit"], answer, found, state, settings), None
+
+
+def _probe_answer(settings, active, props, state, request, monotonic):
+    """_probe_active's HTTP part: the gate once and vLLM's progress."""
     unit = active["unit"]
     invocation = props.get("InvocationID")
     timeout = min(settings.timeout_s, METRICS_TIMEOUT_S)
@@ -297,6 +339,16 @@ BLIND_WHY = ("/metrics answers without vLLM's counters (vllm:num_requests_runnin
              "--api-server-count > 1 remove them)")
 
 
+def _untrusted(unit, detail, found, state, settings):
+    """An answer while the unit's own process is not seen listening (nobody, or cannot tell:
+    a race, or a probe that may not read other users' /proc/<pid>/fd): not healthy, and
+    not counted either: restarting a model because this probe cannot see is no cure."""
+    count = state.get("failures", 0)
+    return Outcome(SKIPPED, (f"{unit}: answered its health probe ({detail}) but {found.message}; "
+                             f"not counted (failure count stays {count} of "
+                             f"{settings.failures})"), state)
+
+
 def _healthy(unit, detail, state, invocation, blind):
     """The Outcome of a gate that passed: the count ends; a blind probe says so once."""
     recovered = state.get("failures", 0) > 0 or "busy" in state or "blind" in state
@@ -312,7 +364,7 @@ def _healthy(unit, detail, state, invocation, blind):
     if first_blind:
         lines.append(f"{unit}: {CANNOT_TELL}: {BLIND_WHY}; a timed-out probe will not be "
                      "counted")
-    return Outcome(OK, "; ".join(lines), state)
+    return Outcome(OK, "; ".join(lines), state, answer=detail)
 
 
 def sleeper(record, model):
@@ -343,9 +395,11 @@ def _asleep(record, active, state):
                    state)
 
 
-def decide(settings, record, state, *, run_command, request, wall, monotonic, stat=os.stat):
+def decide(settings, record, state, *, run_command, request, wall, monotonic, stat=os.stat,
+           proc=None):
     """One probe run: returns an Outcome. Restarts the unit (through `run_command`) when the
-    failures reach `settings.failures`."""
+    failures reach `settings.failures`. `proc` reads /proc (the host's own by default)."""
+    proc = proc if proc is not None else listener.live_proc()
     active = (record or {}).get("active")
     if not active or not active.get("unit"):
         return Outcome(IDLE, "", {})
@@ -367,12 +421,15 @@ def decide(settings, record, state, *, run_command, request, wall, monotonic, st
     if settled is not None:
         return settled
     if props.get("ActiveState") == "active":
-        settled, why = _probe_active(settings, active, props, state, request, monotonic)
+        settled, why = _probe_active(settings, active, props, state, request, monotonic, proc)
         if settled is not None:
             return settled
     else:
         why = (f"is {props.get('ActiveState')} ({props.get('SubState')}) while the deployment "
                f"record names it the active model")
+        found = listener_of(active, props, proc)  # who took its port, if anyone
+        if found is not None and found.refused:
+            why += f"; {found.message}"
     state.pop("busy", None)
     state.pop("blind", None)
     failures = state.get("failures", 0) + 1
@@ -446,12 +503,12 @@ def write_state(path, state):
 
 
 def run(settings, *, run_command, request=urllib_request, wall=time.time,
-        monotonic=time.monotonic, out=sys.stdout):
+        monotonic=time.monotonic, out=sys.stdout, proc=None):
     """Read the record and the kept state, decide, keep the new state, print the line."""
     record = _read_json(settings.record, {})
     state = _read_json(settings.state_file, {})
     outcome = decide(settings, record, state, run_command=run_command, request=request,
-                     wall=wall, monotonic=monotonic)
+                     wall=wall, monotonic=monotonic, proc=proc)
     with contextlib.suppress(OSError):
         write_state(settings.state_file, outcome.state)
     if outcome.message:

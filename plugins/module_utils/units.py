@@ -22,6 +22,10 @@ import time
 
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.durable import write_atomic
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import wait_healthy
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.listener import (
+    judge,
+    url_endpoint,
+)
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 BYTE_VALUES = 256  # journalctl's JSON writes a binary message as a list of byte values
@@ -320,8 +324,11 @@ class UnitGate:
     """Start (or restart) a model's unit and wait for its health gate."""
 
     def __init__(self, systemd, request, clock, sleep, interval=2.0, smoke_prompt="Hello",
-                 progress=None, journal_lines=40):
+                 progress=None, journal_lines=40, proc=None):
         self.systemd = systemd
+        # What reads /proc (listener.ProcFs): who listens on the unit's port. None: nobody
+        # is asked (a caller that trusts any answer; the cutover always passes its host's).
+        self.proc = proc
         self.journal_lines = journal_lines
         self.request = request
         self.clock = clock
@@ -402,4 +409,18 @@ class UnitGate:
         return wait_healthy(
             svc["url"], svc["served_model_name"], svc["startup_timeout_s"],
             interval_s=self.interval, smoke_prompt=self.smoke_prompt, request=self.request,
-            alive=alive, clock=self.clock, sleep=self.sleep, since=since)
+            alive=alive, clock=self.clock, sleep=self.sleep, since=since,
+            listener=self.listener(svc))
+
+    def listener(self, svc):
+        """Who listens where the gate connects (svc["url"]): listener.judge against the
+        unit's cgroup; None without a /proc to read or a TCP port (out of scope: a Unix
+        socket, which the product refuses)."""
+        address, port = url_endpoint(svc["url"])
+        if self.proc is None or not port:
+            return None
+
+        def check():
+            return judge(self.proc, port, address, svc["unit"], lambda: self.systemd.show(
+                svc["unit"], ("ControlGroup",)).get("ControlGroup", ""))
+        return check

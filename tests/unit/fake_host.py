@@ -22,6 +22,12 @@ answered 503 (nginx's @vllm_unavailable) when there is none or it refuses.
 With `host.cgroup_root` set, each active unit's pids are in
 <root>/system.slice/<unit>/cgroup.procs, as cgroup v2 keeps them.
 
+`host.proc` is its /proc as listener.py reads it (a FakeProc of the moment): each unit whose server
+answers listens on its port from its main pid, in /system.slice/<unit>, uid VLLM_UID.
+`host.squat(port, pid, uid)` is another process (another uid, another cgroup) listening
+on a port first: it answers HTTP there as a vLLM serving whatever model is asked (the
+intruder of issue 45 case 2), and the unit's own server never gets to listen on it.
+
 A unit with `sleep_mode` (started with --enable-sleep-mode and
 VLLM_SERVER_DEV_MODE=1) also answers vLLM 0.32's dev-mode sleep routes, as
 vllm/entrypoints/serve/dev/{sleep,rpc,cache}/api_router.py have them: POST
@@ -41,8 +47,10 @@ awake, `residual_bytes` asleep, nothing stopped.
 import json
 import re
 import shutil
+import socket
+import struct
 from pathlib import Path
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlsplit
 
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import HttpResult
 
@@ -82,6 +90,90 @@ FRONTDOOR_503 = json.dumps({"error": {
     "message": "No model is serving right now (a model switch is in progress). "
                "Retry after 5 seconds.",
     "type": "service_unavailable", "param": None, "code": "model_switching"}})
+
+
+VLLM_UID = 998  # the model services' user
+SQUATTER_CGROUP = "/user.slice/user-{uid}.slice/session-3.scope"
+
+
+class FakeProc:
+    """/proc as the kernel shows it, for the few files listener.py reads: net/tcp and
+    net/tcp6 (LISTEN sockets: address, port, uid, inode), <pid>/fd links to `socket:[inode]`,
+    <pid>/cgroup (cgroup v2's one line) and <pid>/comm. Pids in `hidden` are as hidepid
+    shows them to a user who may not see them: their fd folder is refused."""
+
+    def __init__(self):
+        self.processes = {}  # pid -> {"cgroup", "comm", "sockets": [inode]}
+        self.sockets = []    # (inode, address, port, uid)
+        self.hidden = set()
+        self.next_inode = 40000
+
+    def listen(self, pid, port, address="127.0.0.1", uid=0, cgroup="/", comm="python3"):
+        """Process `pid` holds a socket listening on address:port; returns its inode."""
+        self.next_inode += 1
+        self.sockets.append((self.next_inode, address, port, uid))
+        held = self.processes.setdefault(pid, {"cgroup": cgroup, "comm": comm, "sockets": []})
+        held["sockets"].append(self.next_inode)
+        return self.next_inode
+
+    def _table(self, family):
+        lines = [("  sl  local_address rem_address   st tx_queue rx_queue tr tm->when "
+                  "retrnsmt   uid  timeout inode")]
+        for inode, address, port, uid in self.sockets:
+            if (":" in address) != (family == socket.AF_INET6):
+                continue
+            raw = socket.inet_pton(family, address)
+            words = "".join(f"{struct.unpack('=I', raw[i:i + 4])[0]:08X}"
+                            for i in range(0, len(raw), 4))
+            lines.append(f"{len(lines) - 1:4d}: {words}:{port:04X} {'0' * len(words)}:0000 0A "
+                         f"00000000:00000000 00:00000000 00000000 {uid:5d}        0 {inode} "
+                         "1 0000000000000000 100 0 0 10 0")
+        return "\n".join(lines) + "\n"
+
+    def read(self, path):
+        if path == "net/tcp":
+            return self._table(socket.AF_INET)
+        if path == "net/tcp6":
+            return self._table(socket.AF_INET6)
+        pid, _sep, name = path.partition("/")
+        held = self.processes.get(int(pid)) if pid.isdigit() else None
+        if held is None or name not in ("cgroup", "comm"):
+            raise FileNotFoundError(2, "No such file or directory", path)
+        return f"0::{held['cgroup']}\n" if name == "cgroup" else held["comm"] + "\n"
+
+    def listdir(self, path=""):
+        if path == "":
+            return ["net", "self", *(str(pid) for pid in self.processes)]
+        pid, _sep, name = path.partition("/")
+        if name != "fd" or not pid.isdigit() or int(pid) not in self.processes:
+            raise FileNotFoundError(2, "No such file or directory", path)
+        if int(pid) in self.hidden:
+            raise PermissionError(13, "Permission denied", path)
+        return [str(fd) for fd in range(3 + len(self.processes[int(pid)]["sockets"]))]
+
+    def readlink(self, path):
+        pid, fd = path.split("/fd/")
+        held = self.processes[int(pid)]
+        number = int(fd) - 3
+        if number < 0:
+            return "/dev/null"
+        return f"socket:[{held['sockets'][number]}]"
+
+
+class ProcView:
+    """A /proc reader whose every read sees the host as it is at that moment."""
+
+    def __init__(self, now):
+        self.now = now
+
+    def read(self, path):
+        return self.now().read(path)
+
+    def listdir(self, path=""):
+        return self.now().listdir(path)
+
+    def readlink(self, path):
+        return self.now().readlink(path)
 
 
 class FakeUnit:
@@ -255,6 +347,9 @@ class FakeHost:
         self.timeline = []
         self.nginx = None
         self.cgroup_root = None
+        self.squatters = []  # other processes listening: (port, pid, uid, address, comm, at)
+        self.hidden_pids = set()  # pids whose /proc/<pid>/fd the reader may not see
+        self.proc = ProcView(self.proc_now)  # /proc as the code reads it, live
 
     def unit(self, name, url=None, served=None, **kwargs):
         self.units[name] = FakeUnit(name, url, served, **kwargs)
@@ -275,6 +370,54 @@ class FakeHost:
             (folder / "cgroup.procs").write_text("".join(f"{pid}\n" for pid in pids))
         elif folder.exists():
             shutil.rmtree(folder)
+
+    # -- /proc: who listens -----------------------------------------------------
+    def squat(self, port, pid, uid, address="127.0.0.1", comm="python3", at=0.0):
+        """Another process, uid `uid`, listens on `port` from fake time `at` on (issue 45
+        case 2: it binds and listens while the unit's server loads)."""
+        self.squatters.append((port, pid, uid, address, comm, at))
+
+    def squatter(self, port):
+        """The squatter listening on `port` now, or None."""
+        return next((s for s in self.squatters if s[0] == port and self.now >= s[5]), None)
+
+    def listening(self, unit):
+        """Whether `unit`'s own server listens on its port now (it answers HTTP)."""
+        return (unit.active_state == "active" and unit.main_pid and unit.port
+                and unit.behaviour not in (HANG, RESTART_LOOP)
+                and self.now >= unit.started_at + unit.warmup_s
+                and self.squatter(unit.port) is None)
+
+    def proc_now(self):
+        """This host's /proc now (a FakeProc): the units' listeners and the squatters'."""
+        proc = FakeProc()
+        proc.hidden = set(self.hidden_pids)
+        for unit in self.units.values():
+            if not self.listening(unit):
+                continue
+            # where HTTP reaches it: its URL's port, and the port nginx proxies to
+            url = urlsplit(unit.url) if unit.url else None
+            ports = {unit.port, url.port if url else None} - {None}
+            for port in sorted(ports):
+                proc.listen(unit.main_pid, port, url.hostname if url else "127.0.0.1",
+                            VLLM_UID, f"/system.slice/{unit.name}", "vllm")
+        for port, pid, uid, address, comm, at in self.squatters:
+            if self.now < at:
+                continue
+            proc.listen(pid, port, address, uid, SQUATTER_CGROUP.format(uid=uid), comm)
+        return proc
+
+    def _squatter_answer(self, served, method, path):
+        """What a squatter answers: a vLLM look-alike serving `served`, one token."""
+        self.timeline.append(f"intruder answered {method} {path}")
+        if path == "/health":
+            return HttpResult(200, "")
+        if path == "/v1/models":
+            return HttpResult(200, json.dumps({"object": "list", "data": [{"id": served}]}))
+        if path == "/v1/completions" and method == "POST":
+            return HttpResult(200, json.dumps({"choices": [{"text": "!"}],
+                                               "usage": {"completion_tokens": 1}}))
+        return HttpResult(404, json.dumps({"detail": "Not Found"}))
 
     # -- clock ---------------------------------------------------------------
     def clock(self):
@@ -490,6 +633,8 @@ class FakeHost:
             return self.nginx.proxy(method, url[len(self.nginx.url):], payload)
         unit = next((u for u in self.units.values() if u.url and url.startswith(u.url + "/")),
                     None)
+        if unit and unit.port and self.squatter(unit.port):
+            return self._squatter_answer(unit.served, method, url[len(unit.url):])
         return self.answer(unit, method, url[len(unit.url):] if unit else "", payload, timeout)
 
     def _greedy(self, unit, payload):
@@ -777,6 +922,8 @@ class FakeNginx:
             return HttpResult(503, FRONTDOOR_503)
         unit = next((u for u in self.host.units.values()
                      if self.loaded is not None and u.port == self.loaded), None)
+        if unit and self.host.squatter(unit.port):  # it gets the front door's traffic
+            return self.host._squatter_answer(unit.served, method, path)
         res = self.host.answer(unit, method, path, payload) if unit else HttpResult(error="down")
         if res.error:  # 502 from the upstream -> error_page -> @vllm_unavailable
             return HttpResult(503, FRONTDOOR_503)

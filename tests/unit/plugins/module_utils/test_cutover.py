@@ -33,6 +33,7 @@ from unit.fake_host import (
     START_FAILS,
     WRONG_MODEL,
     FakeHost,
+    FakeProc,
 )
 
 B, G = "vllm-blue.service", "vllm-green.service"
@@ -84,7 +85,7 @@ class World:
         # No cgroup is kept here (the fake's cgroup_root is None): a switch waits for blue's
         # whole stop, as it does on a host whose cgroup it cannot read.
         host = Host(self.host.run_command, request=self.host.request, clock=self.host.clock,
-                    wall=self.host.wall, sleep=self.host.sleep,
+                    wall=self.host.wall, sleep=self.host.sleep, proc=self.host.proc,
                     cgroup_root=str(self.state_file.parent / "no-cgroup"))
         procs = kwargs.pop("gpu_processes", None)
         return Cutover(host, self.green, str(self.state_file), Settings(**kwargs),
@@ -560,3 +561,65 @@ def test_a_green_that_stops_printing_fails_early_and_rolls_back(tmp_path, port, 
     assert world.states() == {B: "active", G: "inactive"}
     assert ("stop", G) in world.host.state_calls()
     assert world.saved() == json.loads(world.before)
+
+
+# -- who listens on green's port (issue 45 case 2) ------------------------------------------
+INTRUDER_PID, INTRUDER_UID = 7777, 4343
+
+
+def test_a_second_uid_listening_on_greens_port_during_a_switch_is_refused(tmp_path, port):
+    """vLLM loads for 20 s before it listens; at 3 s another uid binds green's port and
+    answers as a vLLM (1 completion token). Before this change the gate passed it and the
+    record (and front door) went to it; now the gate names it and the switch rolls back."""
+    world = World(tmp_path, port, green_warmup=20.0)
+    world.host.squat(port, INTRUDER_PID, INTRUDER_UID, comm="nc", at=3.0)
+    exc = world.fail()
+    gate = exc.fields["green_health"]
+    assert (gate["ok"], gate["stage"]) == (False, "listener")
+    assert gate["detail"] == (
+        f"port {port} on 127.0.0.1 is held by pid {INTRUDER_PID} (uid {INTRUDER_UID}, nc, "
+        f"/user.slice/user-{INTRUDER_UID}.slice/session-3.scope), not by vllm-green.service's "
+        f"processes (cgroup /system.slice/vllm-green.service): refused")
+    assert f"failed its health gate at listener: port {port}" in exc.msg
+    assert exc.msg.endswith("Rolled back: blue is serving again.")
+    assert (exc.fields["rolled_back"], exc.fields["active_after"]) == (True, "blue")
+    assert world.states() == {B: "active", G: "inactive"}
+    assert world.state_file.read_bytes() == world.before  # the record still names blue
+    # no completion was asked of the intruder: the gate looked before each request
+    assert ("POST", f"{world.green['url']}/v1/completions") not in world.host.http
+
+
+def test_a_second_uid_listening_on_greens_port_during_a_restart_is_refused(tmp_path, port):
+    record = {"active": since(spec("green", port)), "previous": None, "history": []}
+    world = World(tmp_path, port, blue=False, green_active=True, green_warmup=20.0,
+                  record=record)
+    world.host.squat(port, INTRUDER_PID, INTRUDER_UID, at=world.host.now + 1.0)
+    with pytest.raises(CutoverError) as caught:
+        world.cutover(restart=True).run_plan(record_mod.load(str(world.state_file)))
+    exc = caught.value
+    assert exc.msg.startswith(
+        f"green did not pass its health gate after restart: port {port} on 127.0.0.1 is held "
+        f"by pid {INTRUDER_PID} (uid {INTRUDER_UID}, python3, ")
+    assert "; it was the active model, so there is nothing to roll back to" in exc.msg
+    assert world.host.state_calls() == [("reset-failed", G), ("restart", G), ("stop", G)]
+    assert world.state_file.read_bytes() == world.before
+
+
+def test_the_units_own_listener_passes_the_gate(tmp_path, port):
+    world = World(tmp_path, port, blue=False, green_warmup=2.0)
+    world.host.squat(port + 1, INTRUDER_PID, INTRUDER_UID)  # another port: none of its business
+    result = world.run()
+    assert (result["green_health"]["ok"], result["active_after"]) == (True, "green")
+
+
+def test_an_answer_nobody_is_seen_listening_for_is_not_trusted(tmp_path, port):
+    """An answer while /proc shows no listener of the unit (a reader that cannot see it)
+    never passes: the gate waits out its timeout and says what it found."""
+    world = World(tmp_path, port, blue=False)
+    world.green["startup_timeout_s"] = 6
+    world.host.proc.now = FakeProc  # an empty /proc: no listener at all
+    exc = world.fail()
+    assert exc.fields["green_health"]["stage"] == "listener"
+    assert exc.fields["green_health"]["detail"] == (
+        f"not healthy after 6 s (last: answered (4 completion tokens: ' world') but nothing "
+        f"listens on port {port} on 127.0.0.1 (/proc/net/tcp, tcp6))")

@@ -9,6 +9,7 @@ timeline records, in order, state-changing systemctl calls, `nginx -t`, each
 reload and what nginx loaded, /metrics scrapes and gate completions.
 """
 
+import json
 import socket
 
 import pytest
@@ -94,7 +95,8 @@ class World:
                          record_file=str(self.record_file) if kwargs.pop("publish", False)
                          else None, hold_file=str(self.hold_file) if self.hold_file else None)
         host = Host(self.host.run_command, request=self.host.request, clock=self.host.clock,
-                    wall=self.host.wall, sleep=self.host.sleep, cgroup_root=self.host.cgroup_root)
+                    wall=self.host.wall, sleep=self.host.sleep, proc=self.host.proc,
+                    cgroup_root=self.host.cgroup_root)
         procs = kwargs.pop("gpu_processes", None)
         return Cutover(host, self.green, str(self.state_file), Settings(**kwargs),
                        frontdoor=door, gpu_processes=procs)
@@ -726,3 +728,23 @@ def test_a_sequential_switch_goes_on_when_blue_freed_its_memory(tmp_path, port):
     result = world.run(gpu_processes=lambda: next(reads))
     assert (result["action"], result["active_after"]) == ("switch", "green")
     assert "gpu_memory" in result["phases"]
+
+
+@pytest.mark.parametrize(("strategy", "hold"), [("parallel", False), ("sequential", True)])
+def test_a_second_uid_on_greens_port_never_gets_the_front_doors_traffic(
+        tmp_path, port, strategy, hold):
+    """Issue 45 case 2: another uid listens on green's port while green loads. The gate names
+    it; the front door stays on (or goes back to) blue, and no client reaches the intruder."""
+    world = World(tmp_path, port, green_warmup=30.0, hold=hold,
+                  green_gpus=(4, 5, 6, 7) if strategy == "parallel" else (0, 1, 2, 3))
+    world.host.squat(port, 7777, 4343, comm="nc", at=2.0)
+    exc = world.fail(strategy=strategy)
+    assert exc.fields["green_health"]["stage"] == "listener"
+    assert "held by pid 7777 (uid 4343, nc, " in exc.fields["green_health"]["detail"]
+    assert exc.msg.endswith("Rolled back: blue is serving again.")
+    assert world.file.read_text() == upstream_conf(BLUE_PORT, model="blue")
+    assert world.nginx.loaded == BLUE_PORT
+    models = world.host.request("GET", FD_URL + "/v1/models")
+    assert (models.status, json.loads(models.body)["data"][0]["id"]) == (200, "blue-model")
+    assert not world.hold_file or not world.hold_file.exists()
+    assert [e for e in world.host.events() if e.startswith("intruder")] == []

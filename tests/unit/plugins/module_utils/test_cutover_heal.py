@@ -49,7 +49,7 @@ class World:
 
     def run(self, check_mode=False):
         host = Host(self.host.run_command, request=self.request, clock=self.host.clock,
-                    wall=self.host.wall, sleep=self.host.sleep)
+                    wall=self.host.wall, sleep=self.host.sleep, proc=self.host.proc)
         cutover = Cutover(host, GREEN, str(self.state_file),
                           Settings(switch_marker=str(self.marker)))
         return cutover.run_plan(record_mod.load(str(self.state_file)), check_mode)

@@ -73,7 +73,7 @@ class World:
 
     def run(self, check_mode=False):
         host = Host(self.host.run_command, request=self.host.request, clock=self.host.clock,
-                    wall=self.host.wall, sleep=self.host.sleep)
+                    wall=self.host.wall, sleep=self.host.sleep, proc=self.host.proc)
         cut = Cutover(host, self.new, self.state_file, Settings(strategy="parallel"))
         return cut.run_plan(record_mod.load(self.state_file), check_mode)
 

@@ -104,7 +104,8 @@ class World:
                          clock=self.host.clock, sleep=self.host.sleep, hold_file=self.hold_file,
                          pid_file=str(self.pid_file))
         host = Host(self.host.run_command, request=self.host.request, clock=self.host.clock,
-                    wall=self.host.wall, sleep=self.host.sleep, cgroup_root=self.host.cgroup_root)
+                    wall=self.host.wall, sleep=self.host.sleep, proc=self.host.proc,
+                    cgroup_root=self.host.cgroup_root)
         procs = kwargs.pop("gpu_processes", None)
         kwargs.setdefault("switch_mode", "warm")
         cut = Cutover(host, self.green, str(self.state_file), Settings(**kwargs),
@@ -297,7 +298,7 @@ def test_a_check_mode_plan_says_warm(tmp_path, port):
     world = World(tmp_path, port, green_asleep=1)
     door = FrontDoor(world.host.run_command, str(world.file), FD_URL, request=world.host.request)
     host = Host(world.host.run_command, request=world.host.request, clock=world.host.clock,
-                wall=world.host.wall, sleep=world.host.sleep)
+                wall=world.host.wall, sleep=world.host.sleep, proc=world.host.proc)
     result = Cutover(host, world.green, str(world.state_file), Settings(switch_mode="warm"),
                      frontdoor=door).run_plan(world.saved(), check_mode=True)
     assert (result["action"], result["switch"]) == ("switch", "warm")

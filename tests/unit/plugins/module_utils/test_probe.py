@@ -21,11 +21,24 @@ import yaml
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import probe, switch_lock
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import HttpResult
 
-from unit.fake_host import CONN_REFUSED, HANG, HEALTHY, REAL_PAGE, SATURATED, STALLED, FakeHost
+from unit.fake_host import (
+    CONN_REFUSED,
+    HANG,
+    HEALTHY,
+    REAL_PAGE,
+    SATURATED,
+    STALLED,
+    VLLM_UID,
+    FakeHost,
+    FakeProc,
+)
 
 UNIT = "vllm-tiny_gqa.service"
 URL = "http://127.0.0.1:8011"
 WALL = 1_800_000_000.0
+PORT = 8011
+MAIN_PID = 4242
+CGROUP = f"/system.slice/{UNIT}"
 ACTIVE = {"model": "tiny_gqa", "unit": UNIT, "url": URL, "served_model_name": "tiny-gqa",
           "startup_timeout_s": 600}
 
@@ -41,14 +54,20 @@ class Host:
         self.monotonic_now = 100_000.0
         self.entered = self.monotonic_now - up_s
         self.calls = []
+        self.requests = []
         self.restart_rc = 0
+        # /proc: the unit's main process listens on the model's port while it runs
+        self.proc = FakeProc()
+        if active_state == "active":
+            self.proc.listen(MAIN_PID, PORT, "127.0.0.1", VLLM_UID, CGROUP, "vllm")
 
     def run_command(self, argv):
         self.calls.append(argv)
         if argv[:2] == ["systemctl", "show"]:
             props = {"LoadState": "loaded", "ActiveState": self.active_state,
                      "SubState": self.sub_state, "InvocationID": self.invocation,
-                     "ActiveEnterTimestampMonotonic": str(int(self.entered * 1e6))}
+                     "ActiveEnterTimestampMonotonic": str(int(self.entered * 1e6)),
+                     "ControlGroup": CGROUP if self.active_state == "active" else ""}
             return 0, "".join(f"{k}={props[k]}\n" for k in probe.SHOW), ""
         if argv[:2] == ["systemctl", "restart"]:
             err = "Failed to restart: access denied" if self.restart_rc else ""
@@ -56,6 +75,7 @@ class Host:
         return 127, "", "not found"
 
     def request(self, method, url, payload=None, timeout=10.0):
+        self.requests.append(url)
         if url.endswith("/metrics"):  # a stand-in, not vLLM: its progress is unknown
             return HttpResult(404, "Not Found")
         if url.endswith("/health"):
@@ -86,7 +106,7 @@ def settings(files, **kwargs):
 def run(files, host, wall=WALL, **kwargs):
     out = io.StringIO()
     outcome = probe.run(settings(files, **kwargs), run_command=host.run_command,
-                        request=host.request, wall=lambda: wall,
+                        request=host.request, wall=lambda: wall, proc=host.proc,
                         monotonic=lambda: host.monotonic_now, out=out)
     return outcome, out.getvalue()
 
@@ -309,7 +329,7 @@ def probe_on(files, host, failures=3):
     out = io.StringIO()
     outcome = probe.run(settings(files, failures=failures, timeout_s=30.0),
                         run_command=host.run_command, request=host.request, wall=host.wall,
-                        monotonic=host.clock, out=out)
+                        monotonic=host.clock, out=out, proc=host.proc)
     return outcome, out.getvalue()
 
 
@@ -497,12 +517,14 @@ def probe_loopback(files, page, runs=3):
     host = Host()
     outcomes = []
     with loopback(page) as url:
+        host.proc.listen(MAIN_PID, int(url.rsplit(":", 1)[1]), "127.0.0.1", VLLM_UID, CGROUP)
         Path(files["record"]).write_text(json.dumps({"active": dict(ACTIVE, url=url)}))
         for _run in range(runs):
             out = io.StringIO()
             outcomes.append((probe.run(settings(files, failures=3, timeout_s=0.3),
                                        run_command=host.run_command, wall=lambda: WALL,
-                                       monotonic=lambda: host.monotonic_now, out=out),
+                                       monotonic=lambda: host.monotonic_now, out=out,
+                                       proc=host.proc),
                              out.getvalue()))
     return host, outcomes
 
@@ -543,8 +565,41 @@ def test_a_blind_probe_that_answers_says_so_once_per_start(files):
     for _run in range(2):
         outcome = probe.decide(settings(files), {"active": ACTIVE}, state,
                                run_command=host.run_command, request=request,
-                               wall=lambda: WALL, monotonic=lambda: host.monotonic_now)
+                               wall=lambda: WALL, monotonic=lambda: host.monotonic_now,
+                               proc=host.proc)
         state = outcome.state
         said.append((outcome.verdict, outcome.message))
     assert said == [("ok", (f"{UNIT}: cannot tell busy from dead: {probe.BLIND_WHY}; a "
                             "timed-out probe will not be counted")), ("ok", "")]
+
+
+# -- only the unit's own process is trusted on its port (issue 45 case 2) -------------------
+
+INTRUDER = "/user.slice/user-4343.slice/session-3.scope"
+
+
+def test_an_intruder_on_the_port_fails_the_probe_named_even_inside_the_startup_window(files):
+    """The unit restarted (its startup window) and another uid listened first: the probe
+    names it, counts it, and asks for nothing at its port."""
+    host = Host(up_s=60.0)
+    host.proc = FakeProc()  # the unit's own server never got to listen
+    host.proc.listen(7777, PORT, "127.0.0.1", 4343, INTRUDER, "nc")
+    outcome, said = run(files, host, failures=3)
+    assert outcome.verdict == "failed"
+    assert said == (
+        f"{UNIT} failed its health probe at listener: port {PORT} on 127.0.0.1 is held by "
+        f"pid 7777 (uid 4343, nc, {INTRUDER}), not by {UNIT}'s processes (cgroup {CGROUP}): "
+        "refused (failure 1 of 3)\n")
+    assert host.requests == []
+
+
+def test_an_answer_the_units_process_is_not_seen_giving_is_not_healthy_nor_counted(files):
+    host = Host()
+    host.proc = FakeProc()  # nobody seen listening (a reader that cannot see it)
+    outcome, said = run(files, host, failures=1)
+    assert outcome.verdict == "skipped"
+    assert said == (f"{UNIT}: answered its health probe (4 completion tokens: ' hi') but nothing "
+                    f"listens on port {PORT} on 127.0.0.1 (/proc/net/tcp, tcp6); not counted "
+                    "(failure count stays 0 of 1)\n")
+    assert host.restarts() == []
+    assert kept(files).get("healthy_invocation") is None

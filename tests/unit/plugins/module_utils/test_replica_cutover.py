@@ -91,7 +91,7 @@ class Side:
         door = FrontDoor(self.host.run_command, str(self.upstream), FD_URL,
                          request=self.host.request, clock=self.host.clock, sleep=self.host.sleep)
         host = Host(self.host.run_command, request=self.host.request, clock=self.host.clock,
-                    wall=self.host.wall, sleep=self.host.sleep)
+                    wall=self.host.wall, sleep=self.host.sleep, proc=self.host.proc)
         settings = Settings(switch_marker=self.marker, drain_timeout=5.0)
         return RankSwitch(host, green, self.state_file, settings, frontdoor=door,
                           rank_reader=reader, rank_dir=str(self.rank_dir))

@@ -23,6 +23,8 @@ import pytest
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import probe, replica_watch
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import HttpResult
 
+from unit.fake_host import VLLM_UID, FakeProc
+
 HEAD_URL = "http://172.31.250.11:29510/vllm-fleet/ranks/tiny_gqa.json"
 WORKER_URL = "http://172.31.250.12:29510/vllm-fleet/ranks/tiny_gqa.json"
 REPLICA = {"group": "replica_a", "head": "h1", "nodes": 2, "ranks": [
@@ -284,13 +286,16 @@ class Host:
         self.calls = []
         self.served = {}
         self.healthy = True
+        self.proc = FakeProc()  # the head's own process listens on its API port
+        self.proc.listen(4242, 8001, "127.0.0.1", VLLM_UID, f"/system.slice/{UNIT}", "vllm")
 
     def run_command(self, argv):
         self.calls.append(argv)
         if argv[:2] == ["systemctl", "show"]:
             props = {"LoadState": "loaded", "ActiveState": self.active_state,
                      "SubState": "running", "InvocationID": self.invocation,
-                     "ActiveEnterTimestampMonotonic": "1"}
+                     "ActiveEnterTimestampMonotonic": "1",
+                     "ControlGroup": f"/system.slice/{UNIT}"}
             return 0, "".join(f"{k}={props[k]}\n" for k in probe.SHOW), ""
         return 0, "", ""
 
@@ -316,7 +321,8 @@ def probe_run(tmp_path, host, record_active):
                               marker=str(tmp_path / "switching.json"),
                               rank_dir=str(tmp_path / "ranks"))
     return probe.run(settings, run_command=host.run_command, request=host.request,
-                     wall=lambda: 1e9, monotonic=lambda: 1e6, out=open(os.devnull, "w"))
+                     wall=lambda: 1e9, monotonic=lambda: 1e6, out=open(os.devnull, "w"),
+                     proc=host.proc)
 
 
 def test_the_probe_restarts_the_head_at_once_when_its_worker_died(tmp_path):

@@ -16,6 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from ansible.module_utils import basic
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils import listener as listener_mod
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import units as units_mod
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import upstream_conf
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.record import write as write_record
@@ -81,6 +82,8 @@ def world(servers, tmp_path, monkeypatch, port):
     blue_srv, green_srv, door_srv = servers
     host.cgroup_root = str(tmp_path / "cgroup")
     monkeypatch.setattr(units_mod, "CGROUP_ROOT", host.cgroup_root)
+    # who listens on a port: the fake host's units (the real servers here are pytest's own)
+    monkeypatch.setattr(listener_mod, "live_proc", lambda: host.proc)
     # the ports nginx proxies to are the catalog's; the fake routes them to these servers
     host.unit(B, blue_srv.base, "blue-model", active=True, port=8101, worker_pids=[4301])
     host.unit(G, green_srv.base, "green-model", journal=JOURNAL, port=port)
