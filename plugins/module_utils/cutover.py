@@ -473,7 +473,7 @@ class Cutover:
 
     def _write_record(self, record, blue, asleep=None):
         residuals = ({blue["model"]: residual_entry(blue, self.blue_residual,
-                                                     records.now_iso(self.host.wall))}
+                                                    records.now_iso(self.host.wall))}
                      if blue and self.blue_asleep and self.blue_residual else None)
         new = records.with_active(record, self.green, blue, self.host.wall, asleep, residuals)
         records.write(self.state_file, new)
