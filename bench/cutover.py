@@ -306,24 +306,31 @@ def cutover_under_load(args, green, strategy, expect_rollback=False):
     return summary
 
 
+def small_completion(url, headers, model, timeout):
+    """(status or None, seconds, error or '') of one small completion (max_tokens 1) on its
+    own connection to `url` (urlsplit's)."""
+    body = json.dumps({"model": model, "prompt": "Hi", "max_tokens": 1})
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=timeout)
+    start = time.perf_counter()
+    try:
+        conn.request("POST", "/v1/completions", body, headers)
+        resp = conn.getresponse()
+        resp.read()
+        return resp.status, time.perf_counter() - start, ""
+    except (OSError, http.client.HTTPException) as exc:
+        return None, time.perf_counter() - start, f"{type(exc).__name__}: {exc}"
+    finally:
+        conn.close()
+
+
 def latency_samples(base_url, model, count):
     """`count` sequential small completions (max_tokens 1), a new connection each:
     [(milliseconds, status)], the status None where no answer came."""
     url = urllib.parse.urlsplit(base_url)
     samples = []
-    body = json.dumps({"model": model, "prompt": "Hi", "max_tokens": 1})
     for _unused in range(count):
-        conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
-        start = time.perf_counter()
-        try:
-            conn.request("POST", "/v1/completions", body, HEADERS)
-            resp = conn.getresponse()
-            resp.read()
-            status = resp.status
-        except (OSError, http.client.HTTPException):
-            status = None
-        samples.append(((time.perf_counter() - start) * 1000, status))
-        conn.close()
+        status, seconds, _error = small_completion(url, HEADERS, model, timeout=30)
+        samples.append((seconds * 1000, status))
     return samples
 
 

@@ -19,9 +19,7 @@ Every answer that is not 2xx, and every request with no answer, is a failure.
 
 import argparse
 import collections
-import http.client
 import itertools
-import json
 import os
 import statistics
 import sys
@@ -31,6 +29,9 @@ import urllib.parse
 from pathlib import Path
 
 import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import cutover  # bench/cutover.py: small_completion, one timed request
 
 ROOT = Path(__file__).resolve().parent.parent
 HTTP_OK_MIN, HTTP_OK_END = 200, 300
@@ -47,22 +48,6 @@ def lab_key():
     return keys[0] if keys else ""
 
 
-def one_request(url, headers, model):
-    """(status or None, seconds, error or '') of one completion on its own connection."""
-    body = json.dumps({"model": model, "prompt": "Hi", "max_tokens": 1})
-    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
-    start = time.perf_counter()
-    try:
-        conn.request("POST", "/v1/completions", body, headers)
-        resp = conn.getresponse()
-        resp.read()
-        return resp.status, time.perf_counter() - start, ""
-    except (OSError, http.client.HTTPException) as exc:
-        return None, time.perf_counter() - start, f"{type(exc).__name__}: {exc}"
-    finally:
-        conn.close()
-
-
 def run(url, headers, model, requests, threads, gaps):
     """Send `requests` in `threads` clients, each sleeping the next gap between its requests."""
     results = []
@@ -73,7 +58,7 @@ def run(url, headers, model, requests, threads, gaps):
         gap = itertools.cycle(gaps[offset % len(gaps):] + gaps[:offset % len(gaps)])
         time.sleep(offset * 0.37)  # spread the clients' phases
         while next(counter) < requests:
-            outcome = one_request(url, headers, model)
+            outcome = cutover.small_completion(url, headers, model, timeout=60)
             with lock:
                 results.append(outcome)
             time.sleep(next(gap))

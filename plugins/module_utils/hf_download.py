@@ -438,17 +438,10 @@ def file_size(path):
 def check_state_dir(folder):
     """The state folders under `folder` (.cache, .cache/vllm-fleet, its partial/) are
     folders, not links: a link there would send the lock, partials and records elsewhere."""
-    path = folder
-    for part in PARTIAL_DIR.split(os.sep):
-        path = os.path.join(path, part)
-        try:
-            mode = os.lstat(path).st_mode
-        except FileNotFoundError:
-            return
-        if not stat.S_ISDIR(mode):
-            raise DownloadError("%s is %s, not a folder: nothing on the volume is followed; "
-                                "remove it (someone else put it there)"
-                                % (path, models_volume.kind_of(mode)))
+    found = models_volume.not_a_folder(folder, PARTIAL_DIR)
+    if found:
+        raise DownloadError("%s, not a folder: nothing on the volume is followed; "
+                            "remove it (someone else put it there)" % found)
 
 
 def open_partial(part, append):
@@ -746,8 +739,31 @@ def describe_hub_error(hub, exc, repo_id, revision, endpoint):  # noqa: PLR0911
 # the downloader
 
 
+# How the hf_download module's options reach HfDownloader: the one list of them (the module
+# builds its downloader only through HfDownloader.from_module). Passed under the same name:
+MODULE_OPTIONS = (
+    "repo_id", "local_dir", "revision", "allow_patterns", "ignore_patterns", "endpoint",
+    "hf_home", "reverify", "max_workers", "retries", "rate_limit_wait_max", "progress_file",
+    "progress_interval", "margin_bytes", "hub_venv", "snapshots", "shared_volume", "lease_s",
+    "lease_wait_s", "lease_stall_s", "keep_revisions",
+)
+# ... under another name:
+MODULE_RENAMED = {"retry_backoff": "backoff", "size_hint_bytes": "size_hint"}
+# ... read here, not passed on (read_token: the downloader gets the token itself):
+MODULE_ONLY = ("token", "token_file")
+
+
 class HfDownloader(object):
     """One repo into one local_dir. Call run(); it returns the module's result dict."""
+
+    @classmethod
+    def from_module(cls, params, check_mode=False):
+        """The downloader of the hf_download module's `params` (its argument_spec's names)."""
+        kw = {name: params[name] for name in MODULE_OPTIONS}
+        kw.update((to, params[name]) for name, to in MODULE_RENAMED.items())
+        token = read_token(params["token"], params["token_file"])
+        # backoff_max: the module's cap is 60 s (the class's 30 s is the tests' and bench's).
+        return cls(token=token, backoff_max=60.0, check_mode=check_mode, **kw)
 
     def __init__(
         self,

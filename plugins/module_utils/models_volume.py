@@ -89,6 +89,21 @@ def kind_of(mode):
     return "a regular file" if stat.S_ISREG(mode) else "not a regular file"
 
 
+def not_a_folder(root, relpath):
+    """'PATH is a FIFO' (kind_of) for the first of `relpath`'s folders under `root` that is
+    something else, links not followed; None while each is a folder (or is not there yet)."""
+    path = root
+    for part in relpath.split(os.sep):
+        path = os.path.join(path, part)
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            return None
+        if not stat.S_ISDIR(mode):
+            return "%s is %s" % (path, kind_of(mode))
+    return None
+
+
 def open_nofollow(path, flags, mode=0o644, one_link=True):
     """os.open with O_NOFOLLOW (and O_NONBLOCK, so a FIFO never blocks the open), then
     fstat: the descriptor of a regular file (with one link when `one_link`: a file this

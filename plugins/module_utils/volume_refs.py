@@ -38,7 +38,6 @@ import errno
 import json
 import os
 import re
-import stat
 import time
 
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import models_volume
@@ -116,17 +115,11 @@ def reference(host, volume, record, repo_id=None, staged=(), wall=time.time):
 def _check_folders(models_root):
     """.vllm-fleet and its refs/ are folders, not links: a link would send the references
     (or their reading) elsewhere. Raises models_volume.VolumeError naming what was found."""
-    path = models_root
-    for part in REFS_DIR.split(os.sep):
-        path = os.path.join(path, part)
-        try:
-            mode = os.lstat(path).st_mode
-        except FileNotFoundError:
-            return
-        if not stat.S_ISDIR(mode):
-            raise models_volume.VolumeError(
-                "%s is %s, wanted a folder: nothing on the volume is followed; remove it "
-                "(someone else put it there)" % (path, models_volume.kind_of(mode)))
+    found = models_volume.not_a_folder(models_root, REFS_DIR)
+    if found:
+        raise models_volume.VolumeError(
+            "%s, wanted a folder: nothing on the volume is followed; remove it "
+            "(someone else put it there)" % found)
 
 
 def write_reference(models_root, host, data):

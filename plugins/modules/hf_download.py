@@ -351,7 +351,6 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.hf_download import (
     DownloadError,
     HfDownloader,
-    read_token,
 )
 
 
@@ -392,35 +391,7 @@ def main():
         module.fail_json(msg="rate_limit_wait_max must be 0 or more seconds, got %s"
                          % p["rate_limit_wait_max"])
     try:
-        token = read_token(p["token"], p["token_file"])
-        downloader = HfDownloader(
-            repo_id=p["repo_id"],
-            local_dir=p["local_dir"],
-            revision=p["revision"],
-            allow_patterns=p["allow_patterns"],
-            ignore_patterns=p["ignore_patterns"],
-            endpoint=p["endpoint"],
-            token=token,
-            hf_home=p["hf_home"],
-            reverify=p["reverify"],
-            max_workers=p["max_workers"],
-            retries=p["retries"],
-            backoff=p["retry_backoff"],
-            backoff_max=60.0,
-            rate_limit_wait_max=p["rate_limit_wait_max"],
-            progress_file=p["progress_file"],
-            progress_interval=p["progress_interval"],
-            margin_bytes=p["margin_bytes"],
-            check_mode=module.check_mode,
-            hub_venv=p["hub_venv"],
-            size_hint=p["size_hint_bytes"],
-            snapshots=p["snapshots"],
-            shared_volume=p["shared_volume"],
-            lease_s=p["lease_s"],
-            lease_wait_s=p["lease_wait_s"],
-            lease_stall_s=p["lease_stall_s"],
-            keep_revisions=p["keep_revisions"],
-        )
+        downloader = HfDownloader.from_module(p, check_mode=module.check_mode)
         result = downloader.run()
     except DownloadError as e:
         module.fail_json(msg=e.msg, repo_id=p["repo_id"], revision=p["revision"], **e.details)

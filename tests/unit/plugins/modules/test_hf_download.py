@@ -111,3 +111,41 @@ def test_rate_limit_wait_max_is_passed_on_and_a_negative_one_refused(monkeypatch
     assert out.exit_code == 1
     assert out["msg"] == "rate_limit_wait_max must be 0 or more seconds, got -1.0"
     assert seen == {}
+
+
+def test_every_documented_option_reaches_the_downloader_or_is_module_only():
+    import inspect
+
+    import yaml
+
+    options = set(yaml.safe_load(module.DOCUMENTATION)["options"])
+    listed = [*mu.MODULE_OPTIONS, *mu.MODULE_RENAMED, *mu.MODULE_ONLY]
+    assert sorted(listed) == sorted(options)  # each option once, none left out
+    takes = set(inspect.signature(mu.HfDownloader).parameters)
+    assert {*mu.MODULE_OPTIONS, *mu.MODULE_RENAMED.values()} <= takes
+
+
+def test_from_module_passes_each_value_on(monkeypatch, tmp_path):
+    seen = {}
+
+    def fake_run(self):
+        seen.update(vars(self))
+        return {"changed": False}
+
+    monkeypatch.setattr(mu.HfDownloader, "run", fake_run)
+    args = {
+        "repo_id": "o/x", "revision": "v1", "local_dir": str(tmp_path / "m"),
+        "allow_patterns": ["*.json"], "ignore_patterns": ["*.bin"], "endpoint": "http://h:1",
+        "token": "hf_tok_value", "hf_home": str(tmp_path / "hf"), "reverify": True,
+        "max_workers": 3, "retries": 2, "retry_backoff": 0.5, "rate_limit_wait_max": 7.0,
+        "progress_file": str(tmp_path / "p"), "progress_interval": 1.5, "margin_bytes": 9,
+        "hub_venv": str(tmp_path / "v"), "size_hint_bytes": 11, "snapshots": True,
+        "shared_volume": True, "lease_s": 5.0, "lease_wait_s": 6.0, "lease_stall_s": 8.0,
+        "keep_revisions": ["b" * 40],
+    }
+    assert run_module(module.main, args).exit_code == 0
+    for name in mu.MODULE_OPTIONS:
+        assert seen[name] == args[name], name
+    for name, to in mu.MODULE_RENAMED.items():
+        assert seen[to] == args[name], name
+    assert (seen["token"], seen["backoff_max"], seen["check_mode"]) == ("hf_tok_value", 60.0, False)
