@@ -69,6 +69,7 @@ import secrets
 import site
 import stat
 import sys
+import tempfile
 import threading
 import time
 
@@ -1331,33 +1332,65 @@ class HfDownloader(object):
                 "updated": time.time(),
             })
 
-    def _links_work(self):
-        """Try a hard link once on this volume (a file in the state folder); record it."""
-        state = os.path.join(self.base_dir, STATE_DIR)
-        os.makedirs(state, exist_ok=True)
+    def _try_link(self, folder):
+        """(ok, why): a hard link tried in `folder` between a probe file and a second name,
+        both removed after."""
         # An unpredictable name made with O_EXCL (never one another user placed first).
-        src = os.path.join(state, "link-probe.%s" % secrets.token_hex(8))
+        src = os.path.join(folder, "link-probe.%s" % secrets.token_hex(8))
         dst = src + ".link"
-        ok, why = True, None
         try:
             fd = os.open(src, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
             with os.fdopen(fd, "w") as f:
                 f.write("probe\n")
             self.link(src, dst)
         except OSError as e:
-            ok, why = False, "[Errno %d] %s" % (e.errno, e.strerror)
+            return False, "[Errno %d] %s" % (e.errno, e.strerror)
         finally:
             for p in (src, dst):
                 with contextlib.suppress(OSError):
                     os.remove(p)
+        return True, None
+
+    def _note_links(self, ok, why):
         self.volume.update(hard_links=ok, hard_links_from="tried here")
         if why:
             self.volume["hard_links_error"] = why
+
+    def _links_work(self):
+        """Try a hard link once on this volume (a file in the state folder); record it."""
+        state = os.path.join(self.base_dir, STATE_DIR)
+        os.makedirs(state, exist_ok=True)
+        ok, why = self._try_link(state)
+        self._note_links(ok, why)
         with contextlib.suppress(OSError):
             write_json_atomic(os.path.join(self.base_dir, VOLUME_STATE),
                               {"hard_links": ok, "error": why, "fstype": self.volume["fstype"],
                                "tried_at": time.time()})
         return ok
+
+    def _probe_links(self):
+        """Check mode: the same try as a real run, in a temp folder of the models folder made
+        and removed here (the state folder where it exists); nothing is recorded. A folder
+        that cannot be made leaves the answer to the filesystem type, and says so."""
+        state = os.path.join(self.base_dir, STATE_DIR)
+        where = state if os.path.isdir(state) else self.base_dir
+        try:
+            with tempfile.TemporaryDirectory(prefix=".link-probe.", dir=where) as tmp:
+                ok, why = self._try_link(tmp)
+        except OSError as e:
+            self.volume["notes"].append(
+                "check mode could not try a hard link in %s ([Errno %d] %s): whether files "
+                "are linked or copied is known from the filesystem type only"
+                % (where, e.errno, e.strerror))
+            return self.volume["hard_links"]
+        self._note_links(ok, why)
+        return ok
+
+    def _need_split(self, bytes_to_download, copy_bytes):
+        """What the need is made of, for a refusal: downloads, and copies where no links."""
+        return "of the need, %d bytes to download%s" % (
+            bytes_to_download, " and %d to copy (no hard links on %s)"
+            % (copy_bytes, self.volume["fstype"]) if copy_bytes else "")
 
     def estimate(self, t0, why):
         """Check mode without huggingface_hub: the size hint less what is on disk.
@@ -1435,12 +1468,10 @@ class HfDownloader(object):
             min(file_size(partial_path(self.local_dir, rf)), rf.size) for rf in to_fetch
         )
         bytes_to_download = sum(rf.size for rf in to_fetch) - partial_bytes
-        # A shared file is linked where the volume links; else it is a copy, which takes
-        # its size again. Not known to link (check mode, no earlier try): counted as a copy.
-        if reuse and not self.check_mode:
-            self._links_work()
-        copy_bytes = 0 if self.volume["hard_links"] else sum(rf.size for rf, _src in reuse)
+        copy_bytes = self._copy_bytes(reuse)
         disk = self._disk(bytes_to_download + copy_bytes, orphan_bytes)
+        if copy_bytes and not disk["ok"]:
+            disk["msg"] += "; " + self._need_split(bytes_to_download, copy_bytes)
         result = {
             "estimated": False,
             "revision": sha,
@@ -1481,12 +1512,10 @@ class HfDownloader(object):
         result["disk"] = disk
         if (to_fetch or copy_bytes) and not disk["ok"]:
             raise DownloadError(
-                "%s@%s: %s; of the need, %d bytes to download%s. Nothing was fetched; free "
-                "space on the volume, lower model_download_margin_bytes (%d), or use another "
-                "volume"
-                % (self.repo_id, sha, disk["msg"], bytes_to_download,
-                   " and %d to copy (no hard links on %s)" % (copy_bytes, self.volume["fstype"])
-                   if copy_bytes else "", self.margin_bytes),
+                "%s@%s: %s; %s. Nothing was fetched; free space on the volume, lower "
+                "model_download_margin_bytes (%d), or use another volume"
+                % (self.repo_id, sha, disk["msg"],
+                   self._need_split(bytes_to_download, copy_bytes), self.margin_bytes),
                 disk=disk,
             )
         for rf in mismatched:  # a wrong file must never stay where vLLM would load it
@@ -1570,6 +1599,18 @@ class HfDownloader(object):
             seconds=round(time.monotonic() - t0, 3),
         )
         return result
+
+    def _copy_bytes(self, reuse):
+        """Bytes the reused files take again as copies: none where the volume links.
+
+        The plan tries a link as the run does (a type known to link can still refuse one:
+        a share, a bind mount between), unless the type or an earlier try says links fail;
+        not known to link: each is a copy."""
+        if reuse and not self.check_mode:
+            self._links_work()
+        elif reuse and self.volume["hard_links"] is not False:
+            self._probe_links()
+        return 0 if self.volume["hard_links"] else sum(rf.size for rf, _src in reuse)
 
     def _enter_snapshot(self, sha):
         """With snapshots, the files of `sha` go to their own folder under the base folder."""

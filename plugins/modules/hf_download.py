@@ -282,7 +282,10 @@ bytes_orphaned:
   returned: success
 bytes_to_copy:
   description: Bytes of RV(files_to_reuse) copied instead of linked (the volume has no hard
-    links, or in check mode it is not known to have them), in bytes; counted in the disk check.
+    links, or they are not known to work), in bytes; counted in the disk check. Check mode
+    tries a hard link as a real run does (in a temp folder it removes; not where the
+    filesystem type or an earlier try says links fail), and a disk too small for the copies
+    says so in RV(disk)'s message.
   type: int
   returned: success
 volume:
@@ -316,8 +319,13 @@ volume:
       description: Whether hard links work (null when not known).
       type: bool
     hard_links_from:
-      description: C(tried here) or C(filesystem type).
+      description: C(tried here) (this run, check mode included, or an earlier run) or
+        C(filesystem type).
       type: str
+    hard_links_error:
+      description: What link(2) answered when the try failed.
+      type: str
+      returned: when a hard link was tried and failed
     notes:
       description: What the user should know about this volume.
       type: list
