@@ -472,9 +472,10 @@ class Cutover:
         unit_act(self.systemd, verb, unit, *flags)
 
     def _write_record(self, record, blue, asleep=None):
-        residuals = ({blue["model"]: residual_entry(blue, self.blue_residual,
-                                                     records.now_iso(self.host.wall))}
-                     if blue and self.blue_asleep and self.blue_residual else None)
+        residuals = None
+        if blue and self.blue_asleep and self.blue_residual:  # what its sleep kept, measured
+            kept = residual_entry(blue, self.blue_residual, records.now_iso(self.host.wall))
+            residuals = {blue["model"]: kept}
         new = records.with_active(record, self.green, blue, self.host.wall, asleep, residuals)
         records.write(self.state_file, new)
         if self.frontdoor is not None:
