@@ -151,6 +151,7 @@ CACHE_ENV_WHY = ("the unit keeps compiled kernels under the service home "
 PRODUCT_UNIT_PREFIX = "fleet-"
 PRODUCT_UNITS = ("vllm-fleet-nvidia-nodes.service", "vllm-fleet-probe.service",
                  "vllm-fleet-probe.timer", "vllm-fleet-replica-firewall.service",
+                 "vllm-fleet-model-firewall.service",
                  "vllm-fleet-frontdoor-boot.service", "vllm-fleet-reboot-lock.service")
 # A model name's longest: its unit vllm-<name>.service, its link, its rank
 # file and its journal identifier stay far under systemd's 255-character unit

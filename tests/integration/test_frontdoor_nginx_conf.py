@@ -48,7 +48,8 @@ def playbook(tmp_path, conf, *extra):
                ANSIBLE_NOCOLOR="1", ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"))
     args = ["-e", f"__vllm_frontdoor_nginx_conf={conf}", "-e",
             "vllm_frontdoor_worker_connections=8192", "-e",
-            "__vllm_frontdoor_worker_rlimit_nofile=16384"]
+            "__vllm_frontdoor_worker_rlimit_nofile=16384", "-e",
+            "vllm_frontdoor_nginx_user=www-data"]
     proc = subprocess.run(
         [str(Path(sys.executable).with_name("ansible-playbook")), "-i", "localhost,", "-e",
          f"ansible_python_interpreter={sys.executable}", *args, *extra, str(play)],
@@ -79,3 +80,19 @@ def test_the_two_sizes_are_set_in_debians_nginx_conf_and_a_second_run_changes_no
     checked = subprocess.run([NGINX, "-t", "-c", str(conf)], capture_output=True, text=True,
                              check=False)
     assert checked.returncode == 0, checked.stderr
+
+
+def test_the_workers_user_is_the_one_the_models_guard_lets_through(tmp_path):
+    # Debian's `user www-data;` is the default's: unchanged above. Another user is
+    # written over it, in place (the guard, inet vllm_fleet_models, admits that one).
+    conf = tmp_path / "nginx.conf"
+    shutil.copy(DEBIAN_CONF, conf)
+    before = conf.read_text()
+    playbook(tmp_path, conf, "-e", "vllm_frontdoor_nginx_user=nobody")
+    after = conf.read_text()
+    diff = [line for line in difflib.unified_diff(before.splitlines(), after.splitlines(),
+                                                  lineterm="", n=0)
+            if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+    assert "-user www-data;" in diff
+    assert "+user nobody;" in diff
+    assert after.splitlines()[0] == "user nobody;"

@@ -111,6 +111,8 @@ UNITS = {
     "probe": ("vllm-fleet-probe.service",
               lambda: _render("vllm_service", "vllm-fleet-probe.service")),
     "replica firewall": (FIREWALL_UNIT, lambda: _render("vllm_service", FIREWALL_UNIT)),
+    "model ports' guard": ("vllm-fleet-model-firewall.service",
+                           lambda: _render("vllm_service", "vllm-fleet-model-firewall.service")),
     "nvidia nodes": ("vllm-fleet-nvidia-nodes.service",
                      lambda: _render("nvidia_driver", "vllm-fleet-nvidia-nodes.service")),
 }
@@ -312,15 +314,19 @@ def test_etc_vllm_fleet_has_one_mode_in_every_role():
     # (the replica's ruleset), so a host with both flipped it on every run.
     made = folders_made("/etc/vllm-fleet")
     assert sorted(where for where, _name, _mode in made) == [
-        "model_download/download.yml", "vllm_service/firewall.yml"]
+        "model_download/download.yml", "vllm_service/firewall.yml",
+        "vllm_service/model_firewall.yml"]
     assert {mode for _where, _name, mode in made} == {"0700"}, made
 
 
 # --- the allow list's preflight, run by ansible-playbook ----------------------
 
-def _preflight(tmp_path, allow):
+def _preflight(tmp_path, allow, **extra):
+    # The role's defaults of the guard's check (defaults/main.yml), as the role has them.
     variables = {"vllm_service_model": "tiny_gqa", "vllm_service_probe": False,
-                 "vllm_service_ip_address_allow": allow}
+                 "vllm_service_ip_address_allow": allow, "vllm_service_user": "vllm",
+                 "vllm_service_model_firewall": "nftables",
+                 "vllm_service_frontdoor_user": "www-data", **extra}
     (tmp_path / "vars.yml").write_text(yaml.safe_dump(variables))
     (tmp_path / "play.yml").write_text(
         "- name: Check the inputs\n  hosts: localhost\n  gather_facts: false\n"
@@ -346,3 +352,13 @@ def test_the_preflight_refuses_anything_else_naming_the_variable(tmp_path, allow
     assert result.returncode == 2
     assert "vllm_service_ip_address_allow must be a list of IP addresses or prefixes" in (
         result.stdout)
+
+
+@pytest.mark.parametrize("user", ["vllm", "root", "www data"])
+def test_the_preflight_refuses_the_model_user_or_root_as_the_guards_front_door_user(
+        tmp_path, user):
+    # Issue 45 case 1: the guard of the models' ports lets root and this user through;
+    # the model user would let every model's unit reach every other model's port.
+    result = _preflight(tmp_path, [], vllm_service_frontdoor_user=user)
+    assert result.returncode == 2
+    assert "vllm_service_frontdoor_user must name the front door's nginx user" in result.stdout
