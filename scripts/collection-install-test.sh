@@ -7,7 +7,9 @@
 # outside it, with that install as the only collections path. Passes when the
 # tarball leaves the lab out, every collection its YAML calls is declared, an
 # install without the dependencies is refused, and the plan prints the table
-# docs/plan-example.txt shows. Run by `make test` (make collection-test).
+# docs/plan-example.txt shows, under the checkout's YAML result format and as
+# lines under Ansible's default callback (as installed, with no ansible.cfg).
+# Run by `make test` (make collection-test).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -124,4 +126,50 @@ if ! diff -u <(sed '/^$/d' "$root/docs/plan-example.txt") "$work/plan.txt"; then
   exit 1
 fi
 grep -E "^ *(Plan on|verdict)" "$work/plan.log"
-echo "collection-test: built, installed offline (${deps[*]} too), plan by FQCN printed docs/plan-example.txt"
+
+# As a user runs it: no ansible.cfg and no callback settings, so Ansible's
+# default callback prints results as JSON. The plan and the warm switch plan
+# must come out as lines (one list item per line), never one string of \n
+# escapes: the table's items up to the first empty one are
+# docs/plan-example.txt's lines (warm switches add a plan, not table rows).
+step "ansible-playbook vllm_fleet.fleet.plan, Ansible's default callback (JSON results)"
+(
+  cd run
+  env -u ANSIBLE_CALLBACK_RESULT_FORMAT -u ANSIBLE_STDOUT_CALLBACK -u ANSIBLE_CALLBACK_FORMAT_PRETTY \
+    ANSIBLE_COLLECTIONS_PATH="$work/installed" \
+    ansible-playbook vllm_fleet.fleet.plan -i inventory.yml \
+    -e models=kimi_k25_nvfp4,minimax_m25 -e hardware=rtx_pro_6000_x8_pcie -e vllm_fleet_switch_mode=warm
+) >"$work/plan-default.log" 2>"$work/plan-default.err" || {
+  cat "$work/plan-default.log" "$work/plan-default.err" >&2; echo "FAIL: the plan did not run" >&2; exit 1; }
+bash "$root/scripts/plan-read-checkout.sh" "$root" "$work/plan-default.log" "$work/plan-default.err"
+if grep -nF '\n' "$work/plan-default.log" >&2; then
+  printf '%s\n' 'FAIL: under the default callback the plan printed \n escapes (above), not lines' >&2
+  exit 1
+fi
+"$py" - "$work/plan-default.log" "$root/docs/plan-example.txt" <<'PY'
+import json, re, sys
+out = open(sys.argv[1]).read()
+
+def lines(task):
+    found = re.search(r"^TASK \[[^\n]*" + task + r"\][^\n]*\nok: \[localhost\] => (\{\n.*?\n\})$",
+                      out, re.M | re.S)
+    if not found:
+        sys.exit(f"FAIL: no result of {task!r} under the default callback")
+    msg = json.loads(found.group(1))["msg"]
+    if not isinstance(msg, list):
+        sys.exit(f"FAIL: under the default callback {task!r} is one {type(msg).__name__}, not lines")
+    return msg
+
+plan, warm = lines("Show the candidates side by side"), lines("Show the warm switch plan")
+table = plan[:plan.index("")] if "" in plan else plan
+wanted = [line for line in open(sys.argv[2]).read().splitlines() if line]
+if table != wanted:
+    sys.exit("FAIL: the plan's lines under the default callback differ from docs/plan-example.txt:\n"
+             + "\n".join(table))
+if not warm[0].startswith("Warm switches kimi_k25_nvfp4 <-> minimax_m25"):
+    sys.exit(f"FAIL: the warm switch plan begins {warm[0]!r}")
+print(f"default callback: the plan in {len(plan)} lines (its table as docs/plan-example.txt),"
+      f" the warm switch plan in {len(warm)}")
+PY
+echo "collection-test: built, installed offline (${deps[*]} too), plan by FQCN printed docs/plan-example.txt" \
+     "(as a YAML block and, under the default callback, as lines)"
