@@ -300,7 +300,8 @@ def cutover_under_load(args, green, strategy, expect_rollback=False):
                     "green_wake_s": res.get("green_wake_s"),
                     "blue_sleep_s": res.get("blue_sleep_s"),
                     "expect_rollback": expect_rollback,
-                    "rolled_back": res.get("rolled_back")})
+                    "rolled_back": res.get("rolled_back"),
+                    "held": res.get("frontdoor_held")})
     tth = summary["time_to_healthy_s"]
     summary["ratio"] = round(summary["window_s"] / tth, 3) if tth else None
     return summary
@@ -358,6 +359,13 @@ def targets_missed(row):
         missed.append(f"{where}: site.yml failed: {row['msg']}")
     if row["strategy"] == "warm" and not row.get("expect_rollback") and row.get("switch") != "warm":
         missed.append(f"{where}: the switch was {row.get('switch')}, not warm")
+    if (row["strategy"] == "warm" and row.get("woke") and not row.get("expect_rollback")
+            and row["failed"]):
+        # A warm return holds what arrives in its outage (the front door's waiting room,
+        # issue 44 case 6): none fails.
+        missed.append(f"{where}: a warm return failed {row['failed']} requests "
+                      f"({row['other_examples'] or '503 + Retry-After'}); held "
+                      f"{held_text(row.get('held'))}")
     if row["strategy"] == "parallel" and row["failed"]:
         missed.append(f"{where}: {row['failed']} requests failed ({row['other_examples']})")
     if row["strategy"] in ("sequential", "warm") and row["other_failures"]:
@@ -367,6 +375,17 @@ def targets_missed(row):
         missed.append(f"{where}: {row['in_flight_failed']} requests in flight when the "
                       "cutover began did not complete")
     return missed
+
+
+def held_text(held):
+    """The waiting room's figures of a leg, as one phrase."""
+    if not held:
+        return "none (no waiting room: a cold hold)"
+    text = f"{held['held']} (refused {held['refused']}, bound {held['max_s']:g} s)"
+    if held.get("held"):
+        text += (f", added latency p50 {held['wait_p50_s'] * 1000:.0f} ms, "
+                 f"p99 {held['wait_p99_s'] * 1000:.0f} ms")
+    return text
 
 
 def speed_targets(rows, min_requests):
@@ -390,6 +409,8 @@ def row_detail(row):
     """One switch's phases and drain; for a sequential switch, when green could start."""
     text = (f"  {row['strategy']} -> {row['green']}: phases (s) {row['phases']}; "
             f"blue drain {row['drain']}")
+    if row.get("held"):
+        text += f"; held {held_text(row['held'])}"
     early = row.get("blue_released_early")
     if early is True:
         text += "; green started once blue's engine and workers had exited"
@@ -399,12 +420,13 @@ def row_detail(row):
 
 
 def print_table(rows):
-    header = ["strategy", "green", "sent", "failed", "503+RA", "other", "window s",
+    header = ["strategy", "green", "sent", "failed", "503+RA", "other", "held", "window s",
               "TTH s", "ratio", "downtime s", "in-flight ok"]
     table = [header]
     table.extend(
         [r["strategy"], r["green"], r["sent"], r["failed"], r["503_retry_after"],
-         r["other_failures"], r["window_s"], r["time_to_healthy_s"] or "-",
+         r["other_failures"], (r.get("held") or {}).get("held", "-"), r["window_s"],
+         r["time_to_healthy_s"] or "-",
          "-" if r["ratio"] is None else r["ratio"],
          "-" if r["downtime_s"] is None else r["downtime_s"],
          f"{r['in_flight_at_start'] - r['in_flight_failed']}/{r['in_flight_at_start']}"]
@@ -567,7 +589,8 @@ def write_lab_figures(path, rows, when=None):
                      "failed_requests": row["failed"], "sent": row["sent"],
                      "switch": row.get("switch"), "woke": row.get("woke"),
                      "green_wake_s": row.get("green_wake_s"),
-                     "blue_sleep_s": row.get("blue_sleep_s"), "measured_at": when})
+                     "blue_sleep_s": row.get("blue_sleep_s"), "held": row.get("held"),
+                     "measured_at": when})
     try:
         kept = json.loads(Path(path).read_text()).get("runs") or []
     except (FileNotFoundError, ValueError, AttributeError):
@@ -595,14 +618,19 @@ def lab_section(path=LAB_FIGURES):
                         "(" + ", ".join(LAB_CASES) + ")")]
     except ValueError as exc:
         return [title, f"  unreadable ({exc}): no lab figures shown"]
-    lines = [title, "  case                 outage (s)  until serving (s)  failed requests"]
+    lines = [title, ("  case                 outage (s)  until serving (s)  sent  failed  held  "
+                     "held p50/p99 (ms)")]
     for run in data.get("runs") or []:
         def num(key, fmt, run=run):
             value = run.get(key)
             return "-" if value is None else format(value, fmt)
+        held = run.get("held") or {}
+        waits = (f"{held['wait_p50_s'] * 1000:.0f}/{held['wait_p99_s'] * 1000:.0f}"
+                 if held.get("held") else "-")
         lines.append(f"  {run.get('case', '?')!s:<20} {num('outage_s', '.2f'):>10}  "
-                     f"{num('time_until_serving_s', '.2f'):>17}  "
-                     f"{num('failed_requests', 'd'):>15}  CPU")
+                     f"{num('time_until_serving_s', '.2f'):>17}  {num('sent', 'd'):>4}  "
+                     f"{num('failed_requests', 'd'):>6}  {held.get('held', '-')!s:>4}  "
+                     f"{waits:>17}  CPU")
     if len(lines) == 2:
         lines.append("  no runs in the file: not measured yet")
     return lines

@@ -52,6 +52,8 @@ def role_vars(prefix, port, **overrides):
         vllm_frontdoor_api_keys_file=str(prefix / "api-keys.map"),
         vllm_frontdoor_record_file=str(prefix / "deployment.prom"),
         vllm_frontdoor_hold_file=str(prefix / "switching"),
+        vllm_frontdoor_hold_warm_file=str(prefix / "switching-warm"),
+        vllm_frontdoor_hold_socket=str(prefix / "hold.sock"),
         ansible_managed="Ansible managed",
     )
     values.update(overrides)

@@ -712,6 +712,7 @@ class Cutover:
                 result["failed_wakes"] = self.failed_wakes
             if down_since is not None:
                 result["downtime_s"] = round(self.host.clock() - down_since, 2)
+            self._held(result)
             raise CutoverError(
                 f"cutover to {gname} failed: {msg}. "
                 + (f"Rolled back: {bname} "
@@ -724,6 +725,7 @@ class Cutover:
                 **result) from None
         result["downtime_s"] = (round(self.host.clock() - down_since, 2)
                                 if down_since is not None else 0.0)
+        self._held(result)
         self._act("enable", self.green["unit"])
         if blue and not same and not self.blue_asleep:
             self._retire_blue(blue, self.blue_stopped, result)
@@ -731,6 +733,13 @@ class Cutover:
         self._write_record(record, blue, asleep)
         result["state"] = state.get("ActiveState")
         return result
+
+    def _held(self, result):
+        """What the front door's waiting room did in a warm switch: requests held and then
+        served, refused (503 + Retry-After), and how long the held ones waited."""
+        held = self.frontdoor.held() if self.frontdoor is not None else None
+        if held is not None:
+            result["frontdoor_held"] = held
 
     def _with_journal(self, msg, result, started_at):
         """Green's journal since the switch began into the result; the message names the

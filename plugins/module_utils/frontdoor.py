@@ -56,6 +56,11 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import (
     metric_totals,
     urllib_request,
 )
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.hold_room import (
+    DEFAULT_MAX_S,
+    HoldRoom,
+    HoldRoomError,
+)
 
 UPSTREAM_NAME = "vllm_active"
 HTTP_OK = 200
@@ -240,7 +245,8 @@ class FrontDoor:
                  reload_cmd=("systemctl", "reload", "nginx"), request=urllib_request,
                  clock=time.monotonic, sleep=time.sleep, settle_timeout=10.0, key_file=None,
                  record_file=None, confirmations=1, hold_file=None, pid_file=None,
-                 warm_file=None):
+                 warm_file=None, hold_socket=None, hold_max_s=DEFAULT_MAX_S,
+                 hold_socket_user=None):
         self.run = run_command
         self.upstream_file = upstream_file
         self.url = url.rstrip("/")
@@ -267,6 +273,14 @@ class FrontDoor:
         self.fenced = None
         # the upstream from before the switch, kept while a switch is under way
         self.before_file = upstream_file + PRESWITCH_SUFFIX
+        # the waiting room's socket (hold_room.py): while it exists, a request the hold meets
+        # waits there (at most `hold_max_s` from the hold) and is then sent to the model that
+        # serves after the switch (None: every held request is answered 503 at once)
+        self.hold_socket = hold_socket
+        self.hold_max_s = hold_max_s
+        self.hold_socket_user = hold_socket_user
+        self.room = None
+        self.room_stats = None  # the last room's stats once it closed
 
     def workers(self):
         """nginx's worker pids now (the master's children, `pgrep -P`), None when unknown."""
@@ -334,10 +348,14 @@ class FrontDoor:
                                  f"{exc.strerror or exc}") from None
 
     def mark_warm(self, warm):
-        """Say (or stop saying) that the switch is warm: the hold's Retry-After follows."""
+        """Say (or stop saying) that the switch is warm: the hold's Retry-After follows. A
+        switch no longer warm keeps no one waiting (a room not yet released closes: 503 at
+        once; a released one stays open, answering at once, until `close_room`)."""
+        if not warm and self.room is not None and not self.room.done:
+            self.close_room()
         if not (self.hold_file and self.warm_file):
             return
-        if warm:
+        if warm:  # the room opens first: nginx sends a warm hold's requests to it
             self._write_flag(self.warm_file, "a warm switch holds the front door\n",
                              ".hold-warm.", "warm hold file")
         else:
@@ -348,12 +366,16 @@ class FrontDoor:
         """Answer 503 "switching" from the next request on: the hold file, confirmed by one
         answer (each request tests the file: there is no old worker to wait out). Without a
         hold file, point at nothing (a reload). `warm`: the 503 says a warm switch's
-        Retry-After (the warm file is written first). Returns seconds spent."""
+        Retry-After (the warm file is written first) and, with a hold socket, requests wait
+        in the waiting room instead, until the switch points the front door or `hold_max_s`
+        passes. Returns seconds spent."""
         if not self.hold_file:
             return self.point(None)  # its reload fences what passed before it
         start = self.clock()
         self._keep_before()
         self.mark_warm(warm)
+        if warm and self.hold_socket:
+            self._open_room()
         self._write_flag(self.hold_file, "a model switch holds the front door\n", ".hold.",
                          "hold file")
         self._settle(None, 1)
@@ -363,6 +385,26 @@ class FrontDoor:
         if self.pid_file:
             self._reload_with(self.current(), force=True)
         return round(self.clock() - start, 3)
+
+    def _open_room(self):
+        self.close_room()
+        try:
+            self.room = HoldRoom(self.hold_socket, self.hold_max_s,
+                                 user=self.hold_socket_user).open()
+        except HoldRoomError as exc:
+            raise FrontDoorError(exc.msg) from None
+
+    def close_room(self):
+        """Requests still waiting are answered 503 (unless the room was released) and the
+        socket goes; what the room did is kept in `room_stats`."""
+        if self.room is not None:
+            self.room.close()
+            self.room_stats = self.room.stats()
+            self.room = None
+
+    def held(self):
+        """What the waiting room did in this switch (None: no room was opened)."""
+        return self.room.stats() if self.room is not None else self.room_stats
 
     def stage(self, port, model=None):
         """Behind a hold, point the upstream at `port` (checked and reloaded) without opening
@@ -415,6 +457,8 @@ class FrontDoor:
         reloaded = self._reload_with(self.wanted(port, model, switching))
         if final:
             self._drop_before()  # the switch has ended: this upstream is the one to boot with
+            if self.room is not None:  # held requests go to this model (none: refused)
+                self.room.release(f"127.0.0.1:{port}" if port is not None else None)
         self._release()
         # After a reload old workers may still answer the old way for a moment; a hold's
         # end needs no such wait (the upstream was staged long before).
@@ -470,6 +514,9 @@ class FrontDoor:
         deadline = self.clock() + self.settle_timeout
         last = ""
         auth = self._headers()
+        if served_model_name is None and self.room is not None:
+            # the hold's own check is answered at once by the room, never held
+            auth = {"headers": {**auth.get("headers", {}), "X-Vllm-Fleet-Hold": "check"}}
         seen = 0
         while True:
             res = self.request("GET", self.url + "/v1/models", timeout=5.0, **auth)

@@ -192,6 +192,27 @@ options:
             503 tells clients to retry in a warm switch's seconds (the role's
             C(vllm_frontdoor_warm_retry_after_s)), not a cold one's. Omit for none.
         type: path
+      hold_socket:
+        description:
+          - The front door's waiting room, a Unix socket this module listens on during a warm
+            switch (module_utils/hold_room.py). While the warm file exists nginx sends each
+            request the hold meets there and keeps its body; when the switch points the front
+            door at a model (green, or blue after a rollback) the room tells nginx to send the
+            held requests to it. Omit for none (a warm hold answers 503 at once, as a cold
+            one does).
+          - Keep it in the hold files' tmpfs folder (the role's C(/run/vllm-fleet/hold.sock)).
+        type: path
+      hold_max_s:
+        description:
+          - No request waits in the room longer than this many seconds from the hold's start;
+            past it, and once the module ends, the hold's 503 + Retry-After.
+        type: float
+        default: 10.0
+      hold_socket_user:
+        description:
+          - The user nginx's workers run as; its group may connect to the room (mode 0660).
+            Omit for root's only (0600).
+        type: str
   progress_file:
     description: JSON file on the host where a starting unit's progress is written (unset, none is).
     type: path
@@ -433,6 +454,16 @@ blue_aborted:
       they end).
   returned: when blue's drain did not end in time
   type: int
+frontdoor_held:
+  description:
+    - What the front door's waiting room (O(frontdoor.hold_socket)) did in a warm switch -
+      C(held) requests waited and were then sent to the model serving after it, C(refused)
+      were answered 503 + Retry-After (past C(max_s), or nothing served), and how long the
+      held ones waited (C(wait_p50_s), C(wait_p99_s), C(wait_max_s), seconds).
+  returned: when a warm switch opened the room
+  type: dict
+  sample: {"held": 14, "refused": 0, "max_s": 10.0, "wait_p50_s": 0.41, "wait_p99_s": 0.77,
+           "wait_max_s": 0.78}
 blue_stragglers:
   description:
     - Requests that reached blue after its drain and found it asleep (they passed the front door
@@ -623,6 +654,9 @@ def main():
                 "hold_file": {"type": "path"},
                 "pid_file": {"type": "path", "default": "/run/nginx.pid"},
                 "warm_file": {"type": "path"},
+                "hold_socket": {"type": "path"},
+                "hold_max_s": {"type": "float", "default": 10.0},
+                "hold_socket_user": {"type": "str"},
             }},
             "progress_file": {"type": "path"},
             "progress_interval": {"type": "float", "default": 10.0},
@@ -670,7 +704,9 @@ def main():
                               test_cmd=fd["test_cmd"], reload_cmd=fd["reload_cmd"],
                               key_file=fd["key_file"], record_file=fd["record_file"],
                               confirmations=3, hold_file=fd["hold_file"],
-                              pid_file=fd["pid_file"], warm_file=fd["warm_file"])
+                              pid_file=fd["pid_file"], warm_file=fd["warm_file"],
+                              hold_socket=fd["hold_socket"], hold_max_s=fd["hold_max_s"],
+                              hold_socket_user=fd["hold_socket_user"])
         green["frontdoor_url"] = fd["url"]
     settings = Settings(strategy=p["strategy"], restart=p["restart"],
                         health_interval=p["health_interval"], smoke_prompt=p["smoke_prompt"],
@@ -691,7 +727,11 @@ def main():
         module.exit_json(**_run_phase(module, p, lambda: replica_cutover.RankSwitch(
             Host(run_command), green, p["state_file"], settings, frontdoor=frontdoor,
             gpu_processes=gpu_reader(module, p["gpu_facts_fixture_dir"]))))
-    result = _run(module, p, cutover_for)
+    try:
+        result = _run(module, p, cutover_for)
+    finally:
+        if frontdoor is not None:  # no request waits on a room whose process ends
+            frontdoor.close_room()
     if module._diff:  # noqa: SLF001 - how modules read --diff
         result["diff"] = {
             "before": f"active model: {result['active_before']}\n",

@@ -256,6 +256,16 @@ def test_warm_legs_must_be_warm_and_a_rollback_leg_must_fail_and_roll_back():
     assert cutover.targets_missed(leg(strategy="warm", switch="warm", other_failures=1,
                                       other_examples=["502"])) == [
         "warm -> tiny_mla: 1 failures were not 503 + Retry-After: ['502']"]
+    # a warm return (green woke) holds what arrives in its outage: any failure is missed
+    held = {"held": 9, "refused": 0, "max_s": 10.0, "wait_p50_s": 0.4, "wait_p99_s": 0.7}
+    assert cutover.targets_missed(leg(strategy="warm", switch="warm", woke=True, failed=0,
+                                      held=held)) == []
+    assert cutover.targets_missed(leg(strategy="warm", switch="warm", woke=True, failed=2,
+                                      held=held)) == [
+        "warm -> tiny_mla: a warm return failed 2 requests (503 + Retry-After); held 9 "
+        "(refused 0, bound 10 s), added latency p50 400 ms, p99 700 ms"]
+    # the first warm switch starts green cold: past the room's bound its 503s are polite
+    assert cutover.targets_missed(leg(strategy="warm", switch="warm", woke=False, failed=2)) == []
     rollback = leg(strategy="warm", green="tiny_slow", expect_rollback=True, rc=2,
                    rolled_back=True, msg="... Rolled back: tiny_gqa woke and is serving again.")
     assert cutover.targets_missed(rollback) == []

@@ -75,11 +75,18 @@ def test_the_lab_section_shows_the_files_runs_marked_cpu(tmp_path):
     path.write_text(json.dumps({"runs": [
         {"case": "warm first switch", "outage_s": 1.234, "time_until_serving_s": 0.5,
          "failed_requests": 0},
+        {"case": "warm return", "outage_s": 0.61, "time_until_serving_s": 0.4, "sent": 871,
+         "failed_requests": 0, "held": {"held": 14, "refused": 0, "max_s": 10.0,
+                                        "wait_p50_s": 0.412, "wait_p99_s": 0.774}},
         {"case": "warm rollback", "outage_s": None, "failed_requests": 3}]}))
     lines = cutover.lab_section(path)
     assert lines[2:] == [
-        "  warm first switch          1.23               0.50                0  CPU",
-        "  warm rollback                 -                  -                3  CPU"]
+        "  warm first switch          1.23               0.50     -       0     -"
+        "                  -  CPU",
+        "  warm return                0.61               0.40   871       0    14"
+        "            412/774  CPU",
+        "  warm rollback                 -                  -     -       3     -"
+        "                  -  CPU"]
     path.write_text("{")
     assert lines[0] in cutover.lab_section(path)[0]
     assert cutover.lab_section(path)[1].startswith("  unreadable (")

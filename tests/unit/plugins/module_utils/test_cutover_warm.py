@@ -12,6 +12,8 @@ real upstream file in tmp_path.
 """
 
 import socket
+import threading
+import time
 
 import pytest
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import fingerprint as prints
@@ -54,6 +56,33 @@ def asleep(unit, level):
     """A unit as a warm switch left it: running, asleep at `level`."""
     unit.asleep, unit.asleep_tags, unit.weights_stale = level, {"weights", "kv_cache"}, level == 2
     return unit
+
+
+class HeldRequest(threading.Thread):
+    """nginx's side of a request the hold met: its head sent to the waiting room, the
+    room's answer read when the switch ends."""
+
+    def __init__(self, path):
+        super().__init__(daemon=True)
+        self.path = path
+        self.data = b""
+        self.start()
+
+    def run(self):
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.settimeout(20)
+            sock.connect(self.path)
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n\r\n")
+            while chunk := sock.recv(4096):
+                self.data += chunk
+
+    def answer(self):
+        """(status, where nginx is told to send the request or None)."""
+        self.join(20)
+        lines = self.data.decode().split("\r\n")
+        target = next((line.split(":", 1)[1].strip() for line in lines
+                       if line.lower().startswith("x-vllm-fleet-upstream:")), None)
+        return int(lines[0].split()[1]), target
 
 
 class World:
@@ -99,10 +128,12 @@ class World:
             record["sleeping"] = sleeping
         record_mod.write(str(self.state_file), record)
 
-    def run(self, **kwargs):
+    def run(self, *, door_kwargs=None, on_door=None, **kwargs):
         door = FrontDoor(self.host.run_command, str(self.file), FD_URL, request=self.host.request,
                          clock=self.host.clock, sleep=self.host.sleep, hold_file=self.hold_file,
-                         pid_file=str(self.pid_file))
+                         pid_file=str(self.pid_file), **(door_kwargs or {}))
+        if on_door:
+            on_door(door)
         host = Host(self.host.run_command, request=self.host.request, clock=self.host.clock,
                     wall=self.host.wall, sleep=self.host.sleep, proc=self.host.proc,
                     cgroup_root=self.host.cgroup_root)
@@ -116,6 +147,32 @@ class World:
         with pytest.raises(CutoverError) as caught:
             self.run(**kwargs)
         return caught.value
+
+    def run_with_a_request_held(self, room_path, fail=False, **kwargs):
+        """The switch with the front door's waiting room at `room_path`: once the hold is on, a
+        request arrives there as nginx sends it (a real socket). Returns (result or error,
+        the held request's answer, the door)."""
+        held, doors = [], []
+
+        def on_door(door):
+            doors.append(door)
+            real_hold = door.hold
+
+            def hold(warm=False):
+                spent = real_hold(warm)
+                if door.room is not None:
+                    held.append(HeldRequest(room_path))
+                    deadline = time.monotonic() + 10
+                    while door.room.waiting < 1 and time.monotonic() < deadline:
+                        time.sleep(0.01)
+                return spent
+
+            door.hold = hold
+
+        kwargs.update(door_kwargs={"hold_socket": room_path}, on_door=on_door)
+        out = self.fail(**kwargs) if fail else self.run(**kwargs)
+        doors[0].close_room()
+        return out, (held[0].answer() if held else None), doors[0]
 
     def saved(self):
         return record_mod.load(str(self.state_file))
@@ -690,3 +747,38 @@ def test_blue_whose_level_2_wake_back_fails_is_stopped_and_the_result_says_so(tm
             for w in exc.fields["failed_wakes"]] == [("blue", "blue", 2, True)]
     assert (world.b.active_state, world.b.main_pid) == ("inactive", 0)
     assert (world.g.active_state, world.g.main_pid) in (("inactive", 0), ("failed", 0))
+
+
+def test_a_request_that_arrives_during_a_warm_return_waits_and_green_answers_it(
+        tmp_path, port):
+    """Issue 44, case 6: before, the hold answered it 503 + Retry-After (the lab: 8-20 of
+    ~850 per warm return); now it waits in the room and is sent to green once green passed
+    its gate and the front door points at it."""
+    world = World(tmp_path, port, green_asleep=1, hold_file=True)
+    room = str(tmp_path / "run" / "hold.sock")
+    result, answer, door = world.run_with_a_request_held(room)
+    assert result["switch"] == "warm"
+    assert answer == (409, f"127.0.0.1:{port}")
+    assert result["frontdoor_held"]["held"] == 1
+    assert result["frontdoor_held"]["refused"] == 0
+    assert result["frontdoor_held"]["wait_max_s"] >= 0
+    assert door.room is None  # closed at the end: nginx answers for itself again
+
+
+def test_a_request_held_through_a_failed_warm_return_is_answered_by_blue(tmp_path, port):
+    world = World(tmp_path, port, green=ZERO_TOKENS, green_asleep=1, hold_file=True)
+    room = str(tmp_path / "run" / "hold.sock")
+    exc, answer, _door = world.run_with_a_request_held(room, fail=True)
+    assert exc.msg.endswith("Rolled back: blue woke and is serving again.")
+    assert answer == (409, f"127.0.0.1:{BLUE_PORT}")
+    assert exc.fields["frontdoor_held"]["held"] == 1
+
+
+def test_a_cold_switch_opens_no_room(tmp_path, port):
+    world = World(tmp_path, port, hold_file=True)
+    room = tmp_path / "run" / "hold.sock"
+    result, answer, _door = world.run_with_a_request_held(str(room), switch_mode="cold")
+    assert result["active_after"] == "green"
+    assert answer is None
+    assert "frontdoor_held" not in result
+    assert not room.exists()
