@@ -198,13 +198,29 @@ def marker_check(path, now, max_age_s, stat=os.stat):
                    f"{max_age_s:.0f} s (a cutover that died?)")
 
 
+# The marker of a multi-node replica's switch: it stays between the phases, each of which
+# takes and drops the switch lock (replica_cutover.py), so a free lock does not orphan it.
+REPLICA_ACTION = "replica"
+
+
 def switch_check(settings, now, stat=os.stat):
     """(blocks, note): a switch in progress holds the probe off, by the host's switch lock
-    (never stale) or by the switch marker (unless stale)."""
+    (never stale) or by the switch marker (unless stale). A one-host switch writes its
+    marker only while it holds the lock (vllm_cutover), so its marker with the lock free was
+    left by a switch that died (SIGKILL, OOM): orphaned, said so, and ignored (issue 46)."""
     holder = in_progress(settings.lock) if settings.lock else None
     if holder is not None:
         return True, f"{describe(holder)} holds {settings.lock}: not probing"
-    return marker_check(settings.marker, now, settings.marker_max_age_s, stat)
+    blocks, note = marker_check(settings.marker, now, settings.marker_max_age_s, stat)
+    if not blocks or not settings.lock:
+        return blocks, note
+    held = _read_json(settings.marker, {})
+    action = held.get("action") if isinstance(held, dict) else None
+    if not action or action == REPLICA_ACTION or in_progress(settings.lock) is not None:
+        return blocks, note
+    return False, (f"ignoring the switch marker {settings.marker}: the {action} of "
+                   f"{held.get('model', '?')} (pid {held.get('pid', '?')}) that wrote it no "
+                   f"longer holds the switch lock {settings.lock} (a switch that died)")
 
 
 def show(unit, run_command):
@@ -553,7 +569,10 @@ def _mend_frontdoor(settings, record, outcome, run_command, request, wall):
     door = heal.door_of(settings, run_command, request)
     worker = (active.get("replica") or {}).get("role") == replica_watch.WORKER
     if (door is None or not active.get("unit") or not active.get("model") or worker
-            or outcome.verdict == SLEEPING or switch_check(settings, wall())[0]):
+            or outcome.verdict == SLEEPING):
+        return outcome
+    blocks, note = switch_check(settings, wall())
+    if blocks:
         return outcome
     state = dict(outcome.state)
     state.pop("faults", None)
@@ -563,6 +582,8 @@ def _mend_frontdoor(settings, record, outcome, run_command, request, wall):
     unit = active["unit"]
     names = ", ".join(fault.name for fault in faults)
     said = f"{unit}: fault {names}: " + "; ".join(fault.text for fault in faults)
+    if note and note not in outcome.message:  # an orphaned or stale marker: why it went on
+        said = f"{note}; {said}"
     if outcome.verdict == OK:
         error = heal.repair_frontdoor(door, active, settings.lock)
         if error is None:

@@ -141,6 +141,26 @@ def test_a_switch_in_progress_is_never_touched(where):
     assert "nginx -t" not in host.timeline
 
 
+def test_the_marker_of_a_killed_switch_does_not_hold_the_repair_off(where):
+    """SIGKILL mid-switch: its marker stays in /run (fresh for hours), its flock died with it.
+    A one-host switch writes its marker only while it holds the lock: orphaned, said so."""
+    host, _nginx = lab(where)
+    where["hold"].write_text("held\n")
+    where["marker"].write_text(json.dumps({"pid": 4321, "model": "green", "action": "switch",
+                                           "since": host.wall() - 60}))
+    os.utime(where["marker"], (host.wall() - 60, host.wall() - 60))
+    outcome, said = probe_run(where, host)
+    assert outcome.verdict == "repaired"
+    assert said.startswith(f"ignoring the switch marker {where['marker']}: the switch of green "
+                           f"(pid 4321) that wrote it no longer holds the switch lock "
+                           f"{where['lock']} (a switch that died); {BLUE}: fault stale_hold")
+    assert not where["hold"].exists()
+    with switch_running(where):  # the same marker while a switch holds the lock: held off
+        where["hold"].write_text("held\n")
+        assert probe_run(where, host)[0].verdict == "skipped"
+    assert where["hold"].exists()
+
+
 def test_a_fresh_switch_marker_holds_the_repair_off_too(where):
     """A replica switch between its phases holds the marker, not the lock."""
     host, _nginx = lab(where)
