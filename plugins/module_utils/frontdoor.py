@@ -62,6 +62,10 @@ except ImportError:  # on the host: shipped beside the probe (it mends the front
     from health import metric_totals, urllib_request  # type: ignore[no-redef]
 
 UPSTREAM_NAME = "vllm_active"
+# Answers in a row, each on a new connection, that must show a reload's new state before a
+# switch (or the probe's repair) counts it done: for a moment after a reload an old worker
+# can still take a connection and answer the old way (FrontDoor._settle).
+SETTLE_CONFIRMATIONS = 3
 HTTP_OK = 200
 HTTP_UNAUTHORIZED = 401
 HTTP_UNAVAILABLE = 503

@@ -35,6 +35,7 @@ try:
     from ansible_collections.vllm_fleet.fleet.plugins.module_utils import record as records
     from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import (
         SERVING,
+        SETTLE_CONFIRMATIONS,
         FrontDoor,
         FrontDoorError,
         parse_upstream,
@@ -46,7 +47,13 @@ try:
     )
 except ImportError:  # on the host: shipped beside probe.py by vllm_service
     import record as records  # type: ignore[no-redef]
-    from frontdoor import SERVING, FrontDoor, FrontDoorError, parse_upstream  # type: ignore[no-redef]
+    from frontdoor import (  # type: ignore[no-redef]
+        SERVING,
+        SETTLE_CONFIRMATIONS,
+        FrontDoor,
+        FrontDoorError,
+        parse_upstream,
+    )
     from listener import url_endpoint  # type: ignore[no-redef]
     from switch_lock import SwitchBusyError, switch_lock  # type: ignore[no-redef]
 
@@ -242,4 +249,5 @@ def door_of(settings, run_command, request):
                      test_cmd=spec.get("test_cmd") or ("nginx", "-t"),
                      reload_cmd=spec.get("reload_cmd") or ("systemctl", "reload", "nginx"),
                      request=request, key_file=spec.get("key_file"),
+                     confirmations=SETTLE_CONFIRMATIONS,
                      hold_file=spec.get("hold_file"), warm_file=spec.get("warm_file"))
