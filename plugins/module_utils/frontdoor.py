@@ -51,18 +51,27 @@ import os
 import re
 import time
 
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.durable import write_atomic
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import (
-    metric_totals,
-    urllib_request,
-)
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.hold_room import (
-    DEFAULT_MAX_S,
-    HoldRoom,
-    HoldRoomError,
-)
+try:
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.durable import write_atomic
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import (
+        metric_totals,
+        urllib_request,
+    )
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.hold_room import (
+        DEFAULT_MAX_S,
+        HoldRoom,
+        HoldRoomError,
+    )
+except ImportError:  # on the host: shipped beside the probe (it mends the front door)
+    from durable import write_atomic  # type: ignore[no-redef]
+    from health import metric_totals, urllib_request  # type: ignore[no-redef]
+    from hold_room import DEFAULT_MAX_S, HoldRoom, HoldRoomError  # type: ignore[no-redef]
 
 UPSTREAM_NAME = "vllm_active"
+# Answers in a row, each on a new connection, that must show a reload's new state before a
+# switch (or the probe's repair) counts it done: for a moment after a reload an old worker
+# can still take a connection and answer the old way (FrontDoor._settle).
+SETTLE_CONFIRMATIONS = 3
 HTTP_OK = 200
 HTTP_UNAUTHORIZED = 401
 HTTP_UNAVAILABLE = 503
@@ -139,6 +148,31 @@ def upstream_conf(port=None, host="127.0.0.1", model=None, server_keepalive_s=VL
             f'map $server_port $vllm_fleet_frontdoor_state {{ default "{state}"; }}\n'
             f'map $server_port $vllm_fleet_active_model {{ default "{name}"; }}\n'
             f"upstream {UPSTREAM_NAME} {{\n{body}}}\n")
+
+
+_STATE_MAP = re.compile(
+    r'^map \$server_port \$vllm_fleet_frontdoor_state \{ default "([a-z]*)"; \}$', re.MULTILINE)
+_MODEL_MAP = re.compile(r'^map \$server_port \$vllm_fleet_active_model \{ default "([^"]*)"; \}$',
+                        re.MULTILINE)
+_SERVER = re.compile(r"^    server ([A-Za-z0-9_.:-]+):(\d+)( down)?[^;\n]*;$", re.MULTILINE)
+
+
+def parse_upstream(text):
+    """What an upstream file (upstream_conf's shape) says: {"state": serving, switching or
+    idle, "model": the active model's name or None, "host", "port": where it sends (None
+    when nowhere)}. None for no file, an empty one, or one not of upstream_conf's shape."""
+    if not text:
+        return None
+    state, model = _STATE_MAP.search(text), _MODEL_MAP.search(text)
+    server = _SERVER.search(text)
+    if not (state and model and server) or f"upstream {UPSTREAM_NAME} {{" not in text:
+        return None
+    serving = state.group(1) == SERVING and not server.group(3)
+    if state.group(1) not in (SERVING, SWITCHING, IDLE) or (state.group(1) == SERVING) != serving:
+        return None
+    return {"state": state.group(1), "model": model.group(1) or None,
+            "host": server.group(1) if serving else None,
+            "port": int(server.group(2)) if serving else None}
 
 
 def _prom_label(value):

@@ -67,6 +67,17 @@ cgroup fails the probe at once, naming its pid and uid (counted, even inside the
 window: the port is taken, a wait will not mend it); an answer while the unit's own
 process is not seen listening (nobody, or cannot tell) is not a healthy one.
 
+What disagrees is a named fault, never an ok or an idle (issue 46; heal.py): a deployment
+record that is zero-length or not JSON (`record_unreadable`: rebuilt from what runs where that
+is unambiguous, else "cannot repair" with what was found), and, given the front door's paths,
+an upstream that sends elsewhere than the record's active model (`frontdoor_disagrees`), a
+hold file no switch holds (`stale_hold`), a `.before-switch` copy left behind
+(`stale_preswitch`). The front door is mended (FrontDoor.point under the switch lock, taken
+without waiting) only after this run found the record's model healthy and no switch holds the
+lock or a fresh marker; otherwise the fault is said beside the run's verdict and kept in the
+state (`faults`). A run that mended something is `repaired`; one left with a fault it could not
+mend while the model is healthy is `fault`, and the service exits 1 (systemctl --failed).
+
 Everything that touches the host (commands, HTTP, clocks, /proc) is a parameter.
 """
 
@@ -81,6 +92,7 @@ import time
 try:
     from ansible_collections.vllm_fleet.fleet.plugins.module_utils import (
         durable,
+        heal,
         listener,
         replica_watch,
     )
@@ -95,6 +107,7 @@ try:
     )
 except ImportError:  # on the host: shipped beside health.py and switch_lock.py by vllm_service
     import durable  # type: ignore[no-redef]
+    import heal  # type: ignore[no-redef]
     import listener  # type: ignore[no-redef]
     import replica_watch  # type: ignore[no-redef]
     from health import check_once, metric_totals, urllib_request  # type: ignore[no-redef]
@@ -109,6 +122,10 @@ NO_COUNTERS = "/metrics has none of vLLM's progress counters"
 CANNOT_TELL = "cannot tell busy from dead"
 # The record lists the active model among its sleepers: not probed (see above).
 SLEEPING = "sleeping"
+# A named fault the probe mended (heal.py): the record rebuilt, the front door re-pointed.
+REPAIRED = "repaired"
+# A named fault the probe could not mend now (heal.py): said on every run until it is gone.
+FAULT = "fault"
 # A replica's worker started or stopped by its watch (replica_watch.py).
 STARTED, STOPPED = "started", "stopped"
 SHOW = ("LoadState", "ActiveState", "SubState", "InvocationID", "ActiveEnterTimestampMonotonic",
@@ -130,7 +147,7 @@ class Settings:
 
     def __init__(self, record, state_file, marker=None, failures=3, marker_max_age_s=7200.0,
                  timeout_s=30.0, smoke_prompt="Hello", lock=None,
-                 rank_dir=replica_watch.RANK_DIR):
+                 rank_dir=replica_watch.RANK_DIR, frontdoor=None):
         self.record = record
         self.state_file = state_file
         self.marker = marker
@@ -140,10 +157,14 @@ class Settings:
         self.timeout_s = float(timeout_s)
         self.smoke_prompt = smoke_prompt
         self.rank_dir = rank_dir
+        # The front door the probe mends (heal.door_of: upstream_file, hold_file, warm_file,
+        # url, key_file, test_cmd, reload_cmd); None: the probe leaves it alone.
+        self.frontdoor = frontdoor
 
 
 class Outcome:
-    """What one run decided: `verdict` (ok, failed, busy, blind, skipped, restarted, idle), the
+    """What one run decided: `verdict` (ok, failed, busy, blind, skipped, restarted, idle,
+    sleeping, started, stopped, repaired, fault), the
     line for the journal (empty when there is nothing to say) and the state to keep."""
 
     def __init__(self, verdict, message, state, answer=""):
@@ -177,13 +198,29 @@ def marker_check(path, now, max_age_s, stat=os.stat):
                    f"{max_age_s:.0f} s (a cutover that died?)")
 
 
+# The marker of a multi-node replica's switch: it stays between the phases, each of which
+# takes and drops the switch lock (replica_cutover.py), so a free lock does not orphan it.
+REPLICA_ACTION = "replica"
+
+
 def switch_check(settings, now, stat=os.stat):
     """(blocks, note): a switch in progress holds the probe off, by the host's switch lock
-    (never stale) or by the switch marker (unless stale)."""
+    (never stale) or by the switch marker (unless stale). A one-host switch writes its
+    marker only while it holds the lock (vllm_cutover), so its marker with the lock free was
+    left by a switch that died (SIGKILL, OOM): orphaned, said so, and ignored (issue 46)."""
     holder = in_progress(settings.lock) if settings.lock else None
     if holder is not None:
         return True, f"{describe(holder)} holds {settings.lock}: not probing"
-    return marker_check(settings.marker, now, settings.marker_max_age_s, stat)
+    blocks, note = marker_check(settings.marker, now, settings.marker_max_age_s, stat)
+    if not blocks or not settings.lock:
+        return blocks, note
+    held = _read_json(settings.marker, {})
+    action = held.get("action") if isinstance(held, dict) else None
+    if not action or action == REPLICA_ACTION or in_progress(settings.lock) is not None:
+        return blocks, note
+    return False, (f"ignoring the switch marker {settings.marker}: the {action} of "
+                   f"{held.get('model', '?')} (pid {held.get('pid', '?')}) that wrote it no "
+                   f"longer holds the switch lock {settings.lock} (a switch that died)")
 
 
 def show(unit, run_command):
@@ -496,6 +533,71 @@ def _worker_watch(settings, active, props, state, notes, read, run_command):
     return Outcome(SKIPPED if notes else OK, "; ".join(f"{unit}: {note}" for note in notes), state)
 
 
+def _said(*parts):
+    return "; ".join(part for part in parts if part)
+
+
+def _mend_record(settings, broken, state, run_command, request, wall):
+    """A record that cannot be read is a fault, never idle: rebuilt from what the host runs
+    where that is unambiguous (heal.rebuild_record), else said with what was found."""
+    state = dict(state, faults=[broken.name])
+    name = f"fault {broken.name}: {broken.text}"
+    blocks, note = switch_check(settings, wall())
+    if blocks:
+        return Outcome(FAULT, f"{name}; {note}; not repaired while a switch runs", state)
+    upstream_file = (settings.frontdoor or {}).get("upstream_file")
+    rebuilt, found = heal.rebuild_record(upstream_file, run_command, request,
+                                         min(settings.timeout_s, METRICS_TIMEOUT_S))
+    if rebuilt is None:
+        return Outcome(FAULT, (f"{name}; cannot repair it from what runs ({found}): re-run the "
+                               "deployment for the model this host should serve"), state)
+    error = heal.repair_record(settings.record, rebuilt, broken.text, wall, settings.lock)
+    if error:
+        return Outcome(FAULT, f"{name}; rebuilt from what runs ({found}) but {error}", state)
+    model = (rebuilt.get("active") or {}).get("model")
+    return Outcome(REPAIRED, (f"{name}; repaired from what runs ({found}): the record names "
+                              + (f"{model} active" if model else "no active model")
+                              + " (its other fields come back with the next deployment); the "
+                              f"unreadable bytes, if any, are kept in "
+                              f"{settings.record}{heal.UNREADABLE_SUFFIX}"), {})
+
+
+def _mend_frontdoor(settings, record, outcome, run_command, request, wall):
+    """A front door that disagrees with the record (heal.frontdoor_faults): re-pointed at the
+    record's active model while it is healthy (this run's probe passed), else reported."""
+    active = (record or {}).get("active") or {}
+    door = heal.door_of(settings, run_command, request)
+    worker = (active.get("replica") or {}).get("role") == replica_watch.WORKER
+    if (door is None or not active.get("unit") or not active.get("model") or worker
+            or outcome.verdict == SLEEPING):
+        return outcome
+    blocks, note = switch_check(settings, wall())
+    if blocks:
+        return outcome
+    state = dict(outcome.state)
+    state.pop("faults", None)
+    faults = heal.frontdoor_faults(door, active)
+    if not faults:
+        return Outcome(outcome.verdict, outcome.message, state, outcome.answer)
+    unit = active["unit"]
+    names = ", ".join(fault.name for fault in faults)
+    said = f"{unit}: fault {names}: " + "; ".join(fault.text for fault in faults)
+    if note and note not in outcome.message:  # an orphaned or stale marker: why it went on
+        said = f"{note}; {said}"
+    if outcome.verdict == OK:
+        error = heal.repair_frontdoor(door, active, settings.lock)
+        if error is None:
+            return Outcome(REPAIRED, _said(outcome.message, (
+                f"{said}; repaired: the front door sends to {active['model']} again (its "
+                "upstream written from the record, nginx checked and reloaded, the hold and "
+                "the .before-switch copy removed)")), state, outcome.answer)
+    else:
+        error = f"not repaired while {unit} is not healthy ({outcome.verdict})"
+    state["faults"] = [fault.name for fault in faults]
+    verdict = FAULT if outcome.verdict == OK else outcome.verdict
+    return Outcome(verdict, _said(outcome.message, f"{said}; {error}"), state, outcome.answer)
+
+
 def write_state(path, state):
     folder = os.path.dirname(path) or "."
     os.makedirs(folder, exist_ok=True)
@@ -504,11 +606,16 @@ def write_state(path, state):
 
 def run(settings, *, run_command, request=urllib_request, wall=time.time,
         monotonic=time.monotonic, out=sys.stdout, proc=None):
-    """Read the record and the kept state, decide, keep the new state, print the line."""
-    record = _read_json(settings.record, {})
+    """Read the record and the kept state, decide, mend what disagrees (heal.py), keep the
+    new state, print the line."""
+    record, broken = heal.read_record(settings.record)
     state = _read_json(settings.state_file, {})
-    outcome = decide(settings, record, state, run_command=run_command, request=request,
-                     wall=wall, monotonic=monotonic, proc=proc)
+    if broken is not None:
+        outcome = _mend_record(settings, broken, state, run_command, request, wall)
+    else:
+        outcome = decide(settings, record, state, run_command=run_command, request=request,
+                         wall=wall, monotonic=monotonic, proc=proc)
+        outcome = _mend_frontdoor(settings, record, outcome, run_command, request, wall)
     with contextlib.suppress(OSError):
         write_state(settings.state_file, outcome.state)
     if outcome.message:
@@ -535,12 +642,21 @@ def main(argv=None):
                         help="consecutive failed probes before a restart")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds per request")
     parser.add_argument("--prompt", default="Hello", help="prompt of the one completion")
+    parser.add_argument("--upstream", help="the front door's upstream file (to mend it)")
+    parser.add_argument("--hold-file", help="the front door's hold file")
+    parser.add_argument("--warm-file", help="the front door's warm hold file")
+    parser.add_argument("--frontdoor-url", help="the front door's URL (to see it mended)")
+    parser.add_argument("--frontdoor-key", help="the front door's own API key file")
     args = parser.parse_args(argv)
+    frontdoor = ({"upstream_file": args.upstream, "hold_file": args.hold_file,
+                  "warm_file": args.warm_file, "url": args.frontdoor_url,
+                  "key_file": args.frontdoor_key} if args.upstream else None)
     settings = Settings(args.record, args.state, marker=args.marker, failures=args.failures,
                         marker_max_age_s=args.marker_max_age, timeout_s=args.timeout,
-                        smoke_prompt=args.prompt, lock=args.lock)
+                        smoke_prompt=args.prompt, lock=args.lock, frontdoor=frontdoor)
     outcome = run(settings, run_command=subprocess_run)
-    return 1 if outcome.verdict == FAILED and "systemctl restart failed" in outcome.message else 0
+    restart_failed = outcome.verdict == FAILED and "systemctl restart failed" in outcome.message
+    return 1 if restart_failed or outcome.verdict == FAULT else 0
 
 
 if __name__ == "__main__":

@@ -15,7 +15,10 @@ import json
 import os
 import time
 
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.durable import write_atomic
+try:
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.durable import write_atomic
+except ImportError:  # on the host: shipped beside the probe (it repairs an unreadable record)
+    from durable import write_atomic  # type: ignore[no-redef]
 
 HISTORY = 10
 # Where the record lives: its one owner (vllm_cutover's state_file default; the roles

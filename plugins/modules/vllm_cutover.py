@@ -591,7 +591,10 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.cutover import (
     Settings,
 )
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.durable import write_atomic
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import FrontDoor
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import (
+    SETTLE_CONFIRMATIONS,
+    FrontDoor,
+)
 
 
 def gpu_reader(module, fixture_dir):
@@ -703,7 +706,7 @@ def main():
         frontdoor = FrontDoor(run_command, fd["upstream_file"], fd["url"],
                               test_cmd=fd["test_cmd"], reload_cmd=fd["reload_cmd"],
                               key_file=fd["key_file"], record_file=fd["record_file"],
-                              confirmations=3, hold_file=fd["hold_file"],
+                              confirmations=SETTLE_CONFIRMATIONS, hold_file=fd["hold_file"],
                               pid_file=fd["pid_file"], warm_file=fd["warm_file"],
                               hold_socket=fd["hold_socket"], hold_max_s=fd["hold_max_s"],
                               hold_socket_user=fd["hold_socket_user"])

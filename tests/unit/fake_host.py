@@ -44,6 +44,7 @@ awake, `residual_bytes` asleep, nothing stopped.
 `now` is a fake monotonic clock; `sleep` only advances it, so no test waits.
 """
 
+import fnmatch
 import json
 import re
 import shutil
@@ -543,10 +544,14 @@ class FakeHost:
         """The timeline with each run of identical /metrics scrapes shown once."""
         return [e for i, e in enumerate(self.timeline) if i == 0 or e != self.timeline[i - 1]]
 
-    def _systemctl(self, verb, name, rest):  # noqa: PLR0911 - one answer per verb, as systemctl
+    def _systemctl(self, verb, name, rest):  # noqa: PLR0911, C901 - one answer per verb, as systemctl
         unit = self.units.get(name)
         if verb == "show":
             return self._show(name, unit, rest)
+        if verb == "list-units":  # --state=active --no-legend --plain PATTERN, as systemd 252
+            return 0, "".join(f"{u.name} loaded active {u.sub_state} vLLM model server\n"
+                              for u in self.units.values()
+                              if u.active_state == "active" and fnmatch.fnmatch(u.name, name)), ""
         if verb in STATE_VERBS:
             self.timeline.append(f"{verb} {name}")
         if unit is None or not unit.installed:

@@ -79,7 +79,7 @@ EXCEPTIONS = {
 def _render(role, name, **variables):
     env = jinja2.Environment(trim_blocks=True, keep_trailing_newline=True,
                              undefined=jinja2.StrictUndefined, autoescape=False)  # noqa: S701
-    env.filters["comment"] = CoreFilters().filters()["comment"]
+    env.filters.update(CoreFilters().filters())  # comment, dirname, unique ... as Ansible's
     env.filters["vllm_fleet.fleet.host_path"] = host_path
     found = {}
     for part in ("defaults/main.yml", "vars/main.yml"):
