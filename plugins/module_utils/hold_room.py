@@ -220,4 +220,3 @@ class HoldRoom:
                     self.refused += 1
         with contextlib.suppress(OSError):
             sock.sendall(_answer(RELEASED, target) if target else _answer(REFUSED))
-

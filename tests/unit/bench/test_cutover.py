@@ -263,7 +263,7 @@ def test_warm_legs_must_be_warm_and_a_rollback_leg_must_fail_and_roll_back():
     assert cutover.targets_missed(leg(strategy="warm", switch="warm", woke=True, failed=2,
                                       held=held)) == [
         ("warm -> tiny_mla: a warm return failed 2 requests (503 + Retry-After); held 9 "
-        "(refused 0, bound 10 s), added latency p50 400 ms, p99 700 ms")]
+         "(refused 0, bound 10 s), added latency p50 400 ms, p99 700 ms")]
     # the first warm switch starts green cold: past the room's bound its 503s are polite
     assert cutover.targets_missed(leg(strategy="warm", switch="warm", woke=False, failed=2)) == []
     rollback = leg(strategy="warm", green="tiny_slow", expect_rollback=True, rc=2,

@@ -82,11 +82,11 @@ def test_the_lab_section_shows_the_files_runs_marked_cpu(tmp_path):
     lines = cutover.lab_section(path)
     assert lines[2:] == [
         ("  warm first switch          1.23               0.50     -       0     -"
-        "                  -  CPU"),
+         "                  -  CPU"),
         ("  warm return                0.61               0.40   871       0    14"
-        "            412/774  CPU"),
+         "            412/774  CPU"),
         ("  warm rollback                 -                  -     -       3     -"
-        "                  -  CPU")]
+         "                  -  CPU")]
     path.write_text("{")
     assert lines[0] in cutover.lab_section(path)[0]
     assert cutover.lab_section(path)[1].startswith("  unreadable (")

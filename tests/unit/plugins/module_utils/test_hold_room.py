@@ -63,7 +63,7 @@ def test_held_requests_wait_until_released_then_learn_the_model_that_serves(path
     room = HoldRoom(path, max_s=10).open()
     try:
         assert oct(os.stat(path).st_mode & 0o777) == "0o600"
-        held = [Held(path) for _ in range(3)]
+        held = [Held(path), Held(path), Held(path)]
         _until(room, 3)
         time.sleep(0.2)
         assert all(h.is_alive() for h in held)  # nothing answered before the release
