@@ -131,6 +131,16 @@ def balancer(tmp_path, master=False, **overrides):
             assert proc.poll() is None, (folder / "haproxy.log").read_text()
             assert time.monotonic() < deadline, "haproxy did not listen within 10 s"
             time.sleep(0.05)
+        # The runtime API's socket too: in master-worker mode the port can accept (the
+        # master bound it) before the worker answers on admin.sock (CI: FileNotFoundError
+        # from the first `show stat` on a loaded 2-core machine).
+        while True:
+            with contextlib.suppress(OSError):
+                if "Name: HAProxy" in runtime.command("show info"):
+                    break
+            assert proc.poll() is None, (folder / "haproxy.log").read_text()
+            assert time.monotonic() < deadline, "haproxy's runtime API did not answer within 10 s"
+            time.sleep(0.05)
         yield Balancer(f"http://127.0.0.1:{port}", folder, config, values, runtime, proc.pid)
     finally:
         proc.terminate()

@@ -383,7 +383,10 @@ def _gqa_shape(cfg, heads):
         hidden = _int(cfg.get("hidden_size") or 0, "hidden_size")
         if not hidden:
             raise ModelFitError("config.json has neither head_dim nor hidden_size")
-        head_dim = hidden // heads
+        head_dim = hidden // heads  # vLLM's own default when config.json has none
+        if head_dim < 1:
+            raise ModelFitError(f"config.json has no head_dim, and hidden_size {hidden} over "
+                                f"num_attention_heads {heads} leaves none")
     return kv_heads, _int(head_dim, "head_dim")
 
 

@@ -237,6 +237,19 @@ def test_a_hostile_config_number_cannot_be_sized_and_is_named(value, low):
         "2147483647")
 
 
+def test_more_heads_than_hidden_size_without_head_dim_cannot_be_sized():
+    """Each number in range, yet hidden_size // num_attention_heads is 0: a ZeroDivisionError
+    out of the fit (kv_capacity) before; now "cannot size" naming both fields."""
+    config = {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 32,
+              "num_attention_heads": 8192, "hidden_size": 4096, "max_position_embeddings": 8192}
+    report = mf.size_model(config, serve={}, gpu={"count": 1, "memory_total_bytes": 80 * 2**30,
+                                                  "compute_capability": "9.0"},
+                           repo_id="org/m", revision="r")
+    assert report["sized"] is False
+    assert report["unsized_why"] == ("config.json has no head_dim, and hidden_size 4096 over "
+                                     "num_attention_heads 8192 leaves none")
+
+
 def test_config_numbers_spelt_as_floats_or_digits_still_size():
     config = {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 32.0,
               "num_attention_heads": "32", "hidden_size": 4096, "max_position_embeddings": 8192,
