@@ -25,6 +25,7 @@ import time
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import fingerprint as prints
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import listener
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import record as records
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.errors import FieldsError
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import (
     FrontDoorError,
     drain,
@@ -90,13 +91,8 @@ RELEASE_POLL_S = 0.02
 RELEASE_STATE_S = 1.0
 
 
-class CutoverError(Exception):
+class CutoverError(FieldsError):
     """A failure with the result fields collected so far."""
-
-    def __init__(self, msg, **fields):
-        super().__init__(msg)
-        self.msg = msg
-        self.fields = fields
 
 
 class Host:

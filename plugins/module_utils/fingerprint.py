@@ -23,6 +23,8 @@ vllm/entrypoints/openai/completion/protocol.py.
 import json
 import uuid
 
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.errors import FieldsError
+
 HTTP_OK = 200
 FINGERPRINT_PROMPT = "vllm-fleet fingerprint: the numbers from one to twenty are"
 FINGERPRINT_TOKENS = 24
@@ -35,12 +37,8 @@ LOGPROB_TOLERANCE = 1e-3
 SHOWN = 5  # changed tokens a message names
 
 
-class FingerprintError(Exception):
+class FingerprintError(FieldsError):
     """No fingerprint could be taken: the model's wake cannot be trusted."""
-
-    def __init__(self, msg):
-        super().__init__(msg)
-        self.msg = msg
 
 
 def payload(served_model_name):

@@ -53,6 +53,7 @@ import time
 
 try:
     from ansible_collections.vllm_fleet.fleet.plugins.module_utils.durable import write_atomic
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.errors import FieldsError
     from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import (
         metric_totals,
         urllib_request,
@@ -64,6 +65,7 @@ try:
     )
 except ImportError:  # on the host: shipped beside the probe (it mends the front door)
     from durable import write_atomic  # type: ignore[no-redef]
+    from errors import FieldsError  # type: ignore[no-redef]
     from health import metric_totals, urllib_request  # type: ignore[no-redef]
     from hold_room import DEFAULT_MAX_S, HoldRoom, HoldRoomError  # type: ignore[no-redef]
 
@@ -258,13 +260,8 @@ def read_upstream(path):
         return None
 
 
-class FrontDoorError(Exception):
+class FrontDoorError(FieldsError):
     """nginx refused or did not take the switch; `fields` holds what the command said."""
-
-    def __init__(self, msg, **fields):
-        super().__init__(msg)
-        self.msg = msg
-        self.fields = fields
 
 
 class FrontDoor:

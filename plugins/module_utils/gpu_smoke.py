@@ -21,6 +21,8 @@ import signal
 import subprocess
 import tempfile
 
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.errors import FieldsError
+
 MIB = 1024 * 1024
 TIMED_OUT = 124  # the exit status timeout(1) uses; ours for a killed run
 
@@ -108,12 +110,8 @@ if __name__ == "__main__":
 """
 
 
-class SmokeError(Exception):
+class SmokeError(FieldsError):
     """The smoke test failed; `fields` carry rc/stdout/stderr for fail_json."""
-
-    def __init__(self, msg, **fields):
-        super().__init__(msg)
-        self.fields = fields
 
 
 def run_with_timeout(argv, env, timeout_s, popen=subprocess.Popen):

@@ -17,18 +17,14 @@ file or the new one, never half of one.
 import socket
 
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.durable import write_atomic
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.errors import FieldsError
 
 # The first line of `show servers state`'s answer: its format version (HAProxy 1.6 to 3.x).
 STATE_VERSION = "1"
 
 
-class StateError(Exception):
+class StateError(FieldsError):
     """The runtime API did not answer with a state dump; `fields` holds what it said."""
-
-    def __init__(self, msg, **fields):
-        super().__init__(msg)
-        self.msg = msg
-        self.fields = fields
 
 
 def runtime_command(socket_path, line, timeout=5.0):

@@ -78,6 +78,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils import (
     durable,
     models_volume,
 )
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.errors import FieldsError
 
 MANIFEST_NAME = ".vllm-fleet-manifest.json"
 STATE_DIR = os.path.join(".cache", "vllm-fleet")
@@ -94,13 +95,13 @@ _SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 _CONTENT_RANGE_RE = re.compile(r"^bytes\s+(\d+)-(\d+)/(\d+)$")
 
 
-class DownloadError(Exception):
-    """A failure with a one-line message meant for fail_json(msg=...)."""
+class DownloadError(FieldsError):
+    """A failure with a one-line message meant for fail_json(msg=...); `details` is its fields."""
 
-    def __init__(self, msg, **details):
-        super(DownloadError, self).__init__(msg)
-        self.msg = msg
-        self.details = details
+    @property
+    def details(self):
+        """The fields under the name the download's callers have used."""
+        return self.fields
 
 
 class HubMissingError(DownloadError):

@@ -36,6 +36,11 @@ import statistics
 import threading
 import time
 
+try:
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.errors import FieldsError
+except ImportError:  # on the host: shipped beside the probe (roles/vllm_service/tasks/probe.yml)
+    from errors import FieldsError  # type: ignore[no-redef]
+
 CHECK_HEADER = b"x-vllm-fleet-hold"
 TARGET_HEADER = "X-Vllm-Fleet-Upstream"
 RELEASED = 409  # nginx's error_page sends the request on to the target
@@ -46,12 +51,8 @@ DEFAULT_MAX_S = 10.0
 DEFAULT_LIMIT = 1024  # requests held at once; more are refused at once
 
 
-class HoldRoomError(Exception):
+class HoldRoomError(FieldsError):
     """The room's socket could not be made; `msg` says which path and why."""
-
-    def __init__(self, msg):
-        super().__init__(msg)
-        self.msg = msg
 
 
 def _answer(status, target=None):

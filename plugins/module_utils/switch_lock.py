@@ -21,6 +21,11 @@ import json
 import os
 import time
 
+try:
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.errors import FieldsError
+except ImportError:  # on the host: shipped beside the probe (roles/vllm_service/tasks/probe.yml)
+    from errors import FieldsError  # type: ignore[no-redef]
+
 LOCK_FILE = "/run/vllm-fleet/cutover.lock"
 # Beyond the switch's own limits, how long a waiter allows it (seconds).
 WAIT_MARGIN_S = 300
@@ -35,12 +40,12 @@ def wait_limit(lock_timeout, startup_timeout, drain_timeout):
     return 2 * startup_timeout + int(drain_timeout) + WAIT_MARGIN_S
 
 
-class SwitchBusyError(Exception):
-    """Another switch held the lock longer than we were willing to wait."""
+class SwitchBusyError(FieldsError):
+    """Another switch held the lock longer than we were willing to wait; `holder` is whose it
+    was ({pid, model, since}, or None), also the one field."""
 
     def __init__(self, msg, holder=None):
-        super().__init__(msg)
-        self.msg = msg
+        super().__init__(msg, holder=holder)
         self.holder = holder
 
 

@@ -21,6 +21,7 @@ import socket
 import time
 
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.durable import write_atomic
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.errors import FieldsError
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import wait_healthy
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.listener import (
     judge,
@@ -32,13 +33,8 @@ BYTE_VALUES = 256  # journalctl's JSON writes a binary message as a list of byte
 SHOW_PROPS = ("LoadState", "ActiveState", "SubState", "NRestarts", "UnitFileState", "MainPID")
 
 
-class UnitError(Exception):
+class UnitError(FieldsError):
     """A systemctl call failed; `msg` names the verb, the unit and what systemd said."""
-
-    def __init__(self, msg, **fields):
-        super().__init__(msg)
-        self.msg = msg
-        self.fields = fields
 
 
 class Systemd:

@@ -402,7 +402,7 @@ def main():
         downloader = HfDownloader.from_module(p, check_mode=module.check_mode)
         result = downloader.run()
     except DownloadError as e:
-        module.fail_json(msg=e.msg, repo_id=p["repo_id"], revision=p["revision"], **e.details)
+        module.fail_json(msg=e.msg, repo_id=p["repo_id"], revision=p["revision"], **e.fields)
     except Exception as e:  # noqa: BLE001 - any other failure becomes a one-line fail_json
         module.fail_json(
             msg="hf_download of %s@%s failed: %s: %s"
