@@ -167,8 +167,11 @@ clean: lab-down
 	rm -rf .lab .cache $(VENV)
 
 # The GPU suite (docs/gpu-suite.md): on a CUDA host with vLLM installed, not in `make bench`
-# (no GPU in the lab or CI). GPU_PYTHON is the interpreter that imports vllm and torch.
+# (no GPU in the lab or CI). GPU_PYTHON is the interpreter that imports vllm and torch;
+# GPU_LAYERS the suite's --layers (empty: its defaults; the committed 27.35 GiB H100 runs:
+# GPU_PHASES=switch GPU_LAYERS=minimax_m2=4,deepseek_v3_mla=4).
 GPU_PYTHON ?= python3
 GPU_PHASES ?= switch,shapes
+GPU_LAYERS ?=
 bench-gpu:
-	$(GPU_PYTHON) bench/gpu/suite.py --out bench/output/gpu --phases $(GPU_PHASES)
+	$(GPU_PYTHON) bench/gpu/suite.py --out bench/output/gpu --phases $(GPU_PHASES) --layers "$(GPU_LAYERS)"

@@ -808,6 +808,12 @@ def _kept_share(green, entry):
 # * a row covers the weights the run had (`weights`: the fit's quantization method, "none" for
 #   the suite's unquantized bf16 shapes): a quantized checkpoint's weights are processed
 #   after loading, which a reload must redo, and none was measured.
+# * a row lets auto choose level 2 only where its run woke the model beside a sleeper
+#   (`beside_sleeper`): a warm switch always wakes blue from level 2 beside green asleep at
+#   level 1. The suite's level2 phase (level2.<shape>) wakes the MLA green beside the
+#   MiniMax-M2 blue asleep at level 1; its shapes phase (shapes.<shape>.level2) wakes a model
+#   alone on the GPU. A row whose run woke it alone stays as evidence, and auto stops that
+#   blue instead (LEVEL_2_BESIDE_A_SLEEPER says what was seen beside one).
 # Not rows: the H100 runs of 2026-12-06 (05:09: the llama_gqa and qwen3_moe_m2 level-2 wakes
 # stopped at "no fingerprint was taken before it slept", a suite defect, and "Too many open
 # files"; 05:03 had no level-2 wake), so LlamaForCausalLM has no row.
@@ -815,10 +821,19 @@ GPU_RUNS = "bench/output/gpu/"
 LEVEL_2_WORKS = {
     ("Qwen3MoeForCausalLM", "0.26.0"): {
         "run": "gpu-h200-vllm-0.26.0-20261206T0526.json", "at": "shapes.qwen3_moe_m2.level2",
-        "card": "H200", "weights": "none"},
+        "card": "H200", "weights": "none", "beside_sleeper": False},
     ("DeepseekV3ForCausalLM", "0.26.0"): {
         "run": "gpu-h200-vllm-0.26.0-20261206T0521.json", "at": "level2.deepseek_v3_mla",
-        "card": "H200", "weights": "none"},
+        "card": "H200", "weights": "none", "beside_sleeper": True},
+}
+# What a level-2 wake beside a sleeper did where the committed run woke it alone (issue 43's
+# first H100 run, 2026-12-06, vLLM 0.26.0; its table, not a committed JSON).
+LEVEL_2_BESIDE_A_SLEEPER = {
+    "Qwen3MoeForCausalLM": (
+        "issue 43's H100 80GB run (vLLM 0.26.0, 2026-12-06) saw it fail there: after the "
+        "level-2 wake the process kept +6.75 GiB of reload buffers, and beside a sleeper at "
+        "share 0.9 the wake_up?tags=kv_cache step ran out of memory, the process left alive "
+        "and never answering"),
 }
 
 # MLA models: their wake reloads the weights with vLLM's reload_weights, which fails where MLA
@@ -872,19 +887,35 @@ def level_2_refusal(model):
     return None
 
 
-def level_2_run(model):
-    """The LEVEL_2_WORKS row whose GPU run showed this model's level-2 wake working (its
-    architecture, on the vLLM version it runs, with the weights it has), or None."""
+def level_2_row(model):
+    """The LEVEL_2_WORKS row of this model (its architecture, on the vLLM version it runs, with
+    the weights it has), whether its run woke it beside a sleeper or alone; or None."""
     model = model or {}
     row = LEVEL_2_WORKS.get((model.get("architecture"), model.get("vllm_version")))
     return row if row and model.get("quantization") == row["weights"] else None
 
 
+def level_2_run(model):
+    """The LEVEL_2_WORKS row whose GPU run showed this model's level-2 wake working beside a
+    sleeper, as a warm switch wakes it (level_2_row, beside_sleeper), or None."""
+    row = level_2_row(model)
+    return row if row and row["beside_sleeper"] else None
+
+
 def run_text(architecture, version, row):
     """One allow-list row in words: 'Qwen3MoeForCausalLM on vLLM 0.26.0 (H200, ...json)'."""
     weights = "unquantized" if row["weights"] == "none" else row["weights"]
-    return (f"{architecture} on vLLM {version} ({row['card']}, {weights} weights: "
+    alone = "" if row["beside_sleeper"] else ", woken alone on the GPU"
+    return (f"{architecture} on vLLM {version} ({row['card']}, {weights} weights{alone}: "
             f"{GPU_RUNS}{row['run']} {row['at']})")
+
+
+def woke_alone(architecture, version, row):
+    """Why a row whose run woke the model alone does not let auto choose level 2."""
+    seen = LEVEL_2_BESIDE_A_SLEEPER.get(architecture, "no run woke it beside a sleeper")
+    return (f"the GPU run that shows a level-2 wake of {architecture} working on vLLM "
+            f"{version} woke it alone on the GPU ({row['card']}: {GPU_RUNS}{row['run']} "
+            f"{row['at']}); a warm switch wakes it beside a sleeper, and {seen}")
 
 
 def level_2_unverified(model):
@@ -894,6 +925,10 @@ def level_2_unverified(model):
     if level_2_run(model):
         return None
     arch, version = model.get("architecture"), model.get("vllm_version")
+    alone = level_2_row(model)
+    if alone:
+        why = woke_alone(arch, version, alone)
+        return f"{why}; {MLA_LEVEL_2}" if model.get("mla") else why
     if not version:
         why = ("the vLLM version it runs is not known (its catalog entry's vllm.version, its "
                "deployment record's vllm_version), so no GPU run shows its level-2 wake working")

@@ -76,7 +76,8 @@ options:
   sleep_level:
     description:
       - V(auto) - level 1 when the host RAM holds the active model's weights, else level 2
-        only where a GPU run showed its level-2 wake working (its architecture, unquantized,
+        only where a GPU run showed its level-2 wake working beside a sleeper, as a warm
+        switch wakes it (its architecture, unquantized,
         on the exact vLLM version its deployment record's C(vllm_version) names - the
         allow-list C(LEVEL_2_WORKS) in C(plugins/module_utils/warm_switch.py),
         docs/warm-switch.md), else a cold switch whose reason names the runs there are.

@@ -124,6 +124,20 @@ def test_table_rewrites_only_the_measured_section():
         table.rewrite_doc("no markers", ["a"])
 
 
+def test_the_measured_section_is_what_the_documented_command_gives_from_every_committed_run():
+    """docs/warm-switch.md's measured section is `table.py --doc docs/warm-switch.md`'s: every
+    run under bench/output/gpu/, one table each, in the order they started (none left out)."""
+    runs = table.committed_runs()
+    assert [run["started"][:16] for run in runs] == [
+        "2026-12-06T05:03", "2026-12-06T05:09", "2026-12-06T05:21", "2026-12-06T05:26",
+        "2026-12-06T08:07", "2026-12-06T08:14", "2026-12-06T08:19"]
+    assert len(runs) == len(list(table.RUNS.glob("gpu-*.json")))
+    page = (ROOT / "docs" / "warm-switch.md").read_text(encoding="utf-8")
+    assert table.rewrite_doc(page, table.section(runs)) == page
+    assert "python3 bench/gpu/table.py --doc docs/warm-switch.md" in (
+        ROOT / "docs" / "gpu-suite.md").read_text(encoding="utf-8")
+
+
 def test_the_suite_end_to_end_against_a_stand_in_vllm(tmp_path):
     pytest.importorskip("transformers")
     smi = tmp_path / "smi"

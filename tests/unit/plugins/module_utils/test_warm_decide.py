@@ -299,12 +299,13 @@ def _spec_blue(speculative, architecture="Qwen3MoeForCausalLM"):
     return {"active": active}
 
 
-def _verified_blue(architecture="Qwen3MoeForCausalLM", vllm_version="0.26.0-cuda",
+def _verified_blue(architecture="DeepseekV3ForCausalLM", vllm_version="0.26.0-cuda",
                    quantization="none", speculative=None):
-    """MiniMax-M2.5's record as a model a GPU run showed waking from level 2: by default
-    Qwen3-MoE, unquantized, on vLLM 0.26.0 (ws.LEVEL_2_WORKS)."""
+    """MiniMax-M2.5's record as a model a GPU run showed waking from level 2 beside a sleeper:
+    by default DeepSeek-V3 (MLA), unquantized, on vLLM 0.26.0 (ws.LEVEL_2_WORKS)."""
     blue = _spec_blue(speculative, architecture)
     blue["active"]["sizing"]["quantization"] = quantization
+    blue["active"]["sizing"]["mla"] = architecture == "DeepseekV3ForCausalLM"
     blue["active"]["vllm_version"] = vllm_version
     return blue
 
@@ -451,15 +452,44 @@ def test_a_residual_measured_another_way_is_not_used(changes):
 # --- the level fits the model: an allow-list of GPU runs (issue 44 case 4) ---------------------
 
 def test_auto_sleeps_at_level_2_a_model_whose_level_2_wake_a_gpu_run_showed_working():
-    """Qwen3-MoE, unquantized, on vLLM 0.26.0: the H200 run of 05:26 woke it from level 2 with
-    identical greedy ids. Level 1 does not fit (no MemAvailable): it sleeps at level 2, and
-    the plan names the run."""
+    """DeepSeek-V3 (MLA), unquantized, on vLLM 0.26.0: the H200 run of 05:21 woke it from level
+    2 beside the MiniMax-M2 blue asleep at level 1, with identical greedy ids. Level 1 does not
+    fit (no MemAvailable): it sleeps at level 2, and the plan names the run."""
     plan = _decide(_green("kimi_k25_int4"), _verified_blue())
     assert (plan["mode"], plan["level"]) == ("warm", 2)
     assert plan["reasons"][-1].endswith(
-        "; a GPU run showed its level-2 wake working: Qwen3MoeForCausalLM on vLLM 0.26.0 "
-        "(H200, unquantized weights: bench/output/gpu/gpu-h200-vllm-0.26.0-20261206T0526.json "
-        "shapes.qwen3_moe_m2.level2)")
+        "; a GPU run showed its level-2 wake working: DeepseekV3ForCausalLM on vLLM 0.26.0 "
+        "(H200, unquantized weights: bench/output/gpu/gpu-h200-vllm-0.26.0-20261206T0521.json "
+        "level2.deepseek_v3_mla)")
+
+
+QWEN3_MOE_ALONE = (
+    "the GPU run that shows a level-2 wake of Qwen3MoeForCausalLM working on vLLM 0.26.0 woke "
+    "it alone on the GPU (H200: bench/output/gpu/gpu-h200-vllm-0.26.0-20261206T0526.json "
+    "shapes.qwen3_moe_m2.level2); a warm switch wakes it beside a sleeper, and issue 43's "
+    "H100 80GB run (vLLM 0.26.0, 2026-12-06) saw it fail there: after the level-2 wake the "
+    "process kept +6.75 GiB of reload buffers, and beside a sleeper at share 0.9 the "
+    "wake_up?tags=kv_cache step ran out of memory, the process left alive and never answering")
+
+
+def test_auto_stops_a_model_whose_run_woke_it_from_level_2_alone():
+    """Qwen3-MoE on vLLM 0.26.0: the H200 run of 05:26 woke it from level 2 alone on the GPU;
+    beside a sleeper (as a warm switch wakes it) issue 43's H100 run saw the kv_cache wake run
+    out of memory. Its row stays as evidence; auto stops it, naming the run and the OOM."""
+    plan = _decide(_green("kimi_k25_int4"), _verified_blue("Qwen3MoeForCausalLM"))
+    assert (plan["mode"], plan["level"], plan["share"]) == ("cold", None, 0.92)
+    assert plan["reasons"] == [(
+        "minimax_m25 is Qwen3MoeForCausalLM and level 1 does not fit (host memory not known (no "
+        "host_memory_bytes in the hardware profile, no /proc/meminfo read)); level 2: "
+        + QWEN3_MOE_ALONE + ". It stops instead (vllm_fleet_sleep_level: 2 tries level 2 "
+        "anyway)")]
+    # asked for level 2: as before, level 2 said unverified, the reason naming the OOM
+    asked = _decide(_green("kimi_k25_int4"), _verified_blue("Qwen3MoeForCausalLM"),
+                    sleep_level="2")
+    assert (asked["mode"], asked["level"]) == ("warm", 2)
+    assert asked["reasons"][-1].endswith(
+        "; unverified: " + QWEN3_MOE_ALONE + " (vllm_fleet_sleep_level: 2 asks for it; a wake "
+        "that fails stops minimax_m25)")
 
 
 def test_auto_stops_an_architecture_no_run_shows_on_the_vllm_it_runs_and_names_the_runs():
@@ -475,7 +505,7 @@ def test_auto_stops_an_architecture_no_run_shows_on_the_vllm_it_runs_and_names_t
         "any version; runs exist for DeepseekV3ForCausalLM on vLLM 0.26.0 (H200, unquantized "
         "weights: bench/output/gpu/gpu-h200-vllm-0.26.0-20261206T0521.json "
         "level2.deepseek_v3_mla); Qwen3MoeForCausalLM on vLLM 0.26.0 (H200, unquantized "
-        "weights: bench/output/gpu/gpu-h200-vllm-0.26.0-20261206T0526.json "
+        "weights, woken alone on the GPU: bench/output/gpu/gpu-h200-vllm-0.26.0-20261206T0526.json "
         "shapes.qwen3_moe_m2.level2)). It stops instead (vllm_fleet_sleep_level: 2 tries "
         "level 2 anyway)")]
 
@@ -484,14 +514,14 @@ def test_a_run_on_another_vllm_or_with_other_weights_does_not_count():
     """The version is matched exactly and a row covers the weights its run had."""
     newer = _decide(_green("kimi_k25_int4"), _verified_blue(vllm_version="0.33.0-cuda"))
     assert (newer["mode"], newer["level"]) == ("cold", None)
-    assert ("level 2: no GPU run shows a level-2 wake of Qwen3MoeForCausalLM working on vLLM "
-            "0.33.0 (runs show it working on Qwen3MoeForCausalLM on vLLM 0.26.0 (H200, "
-            "unquantized weights: bench/output/gpu/gpu-h200-vllm-0.26.0-20261206T0526.json "
-            "shapes.qwen3_moe_m2.level2)). It stops instead") in newer["reasons"][0]
+    assert ("level 2: no GPU run shows a level-2 wake of DeepseekV3ForCausalLM working on vLLM "
+            "0.33.0 (runs show it working on DeepseekV3ForCausalLM on vLLM 0.26.0 (H200, "
+            "unquantized weights: bench/output/gpu/gpu-h200-vllm-0.26.0-20261206T0521.json "
+            "level2.deepseek_v3_mla)); MLA weights") in newer["reasons"][0]
     fp8 = _decide(_green("kimi_k25_int4"), _verified_blue(quantization="fp8"))
     assert (fp8["mode"], fp8["level"]) == ("cold", None)
     assert ("working on vLLM 0.26.0 with fp8 quantization (runs show it working on "
-            "Qwen3MoeForCausalLM on vLLM 0.26.0 (H200, unquantized") in fp8["reasons"][0]
+            "DeepseekV3ForCausalLM on vLLM 0.26.0 (H200, unquantized") in fp8["reasons"][0]
     unknown = _verified_blue()
     del unknown["active"]["vllm_version"]  # a record that does not say
     plan = _decide(_green("kimi_k25_int4"), unknown)
