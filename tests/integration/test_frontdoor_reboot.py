@@ -25,6 +25,7 @@ import pytest
 import yaml
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import (
     PRESWITCH_SUFFIX,
+    SETTLE_CONFIRMATIONS,
     FrontDoor,
     upstream_conf,
 )
@@ -112,7 +113,11 @@ class Host:
                          reload_cmd=[*base, "-s", "reload"],
                          hold_file=str(self.paths["vllm_frontdoor_hold_file"]),
                          warm_file=str(self.paths["vllm_frontdoor_hold_warm_file"]),
-                         pid_file=str(self.prefix / "nginx.pid"))
+                         pid_file=str(self.prefix / "nginx.pid"),
+                         # as the cutover runs it: after a reload an old worker can still
+                         # take a connection for a moment (one 503 was not enough: a request
+                         # right after the settle met blue, 1 run in 3 under load)
+                         confirmations=SETTLE_CONFIRMATIONS)
 
     def reboot(self):
         """nginx has stopped; /run is a tmpfs: empty at boot; then the boot unit runs."""
