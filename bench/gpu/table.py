@@ -273,7 +273,7 @@ def _judged(out):
     return bool(out) and not _unjudged((out or {}).get("gate"))
 
 
-def _level1_residuals(runs):
+def level1_residuals(runs):
     """[(bytes, stamp, shape)] of every level-1 sleeper the runs measured."""
     found = []
     for run in runs:
@@ -430,7 +430,7 @@ def _row_cold(runs, _ws, cutover):
 
 
 def _row_residual(runs, ws, _cutover):
-    found = _level1_residuals(runs)
+    found = level1_residuals(runs)
     kinds = {}
     for value, at, shape in found:
         kinds.setdefault(shape, []).append((value, at))
