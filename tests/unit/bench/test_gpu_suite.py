@@ -138,6 +138,77 @@ def test_the_measured_section_is_what_the_documented_command_gives_from_every_co
         ROOT / "docs" / "gpu-suite.md").read_text(encoding="utf-8")
 
 
+
+def _rows():
+    """docs/gpu-suite.md's table of issue 43's rows, by its first cell."""
+    lines = table.rows_table(table.committed_runs())
+    cells = [line[2:-2].split(" | ") for line in lines
+             if line.startswith("| ") and not line.startswith("| issue")]
+    return lines, {row[0]: row for row in cells}
+
+
+def test_the_issue_43_rows_are_what_the_documented_command_gives_from_every_committed_run():
+    """docs/gpu-suite.md's "The issue's rows, re-measured" is `table.py --rows --doc
+    docs/gpu-suite.md`'s, one line per row of issue 43's table, in the issue's order."""
+    lines, rows = _rows()
+    page = (ROOT / "docs" / "gpu-suite.md").read_text(encoding="utf-8")
+    assert table.rewrite_doc(page, lines, table.ROWS_BEGIN, table.ROWS_END) == page
+    assert "python3 bench/gpu/table.py --rows --doc docs/gpu-suite.md" in page
+    assert list(rows) == list(table.ROW_NAMES.values())
+    assert {len(cells) for cells in rows.values()} == {5}, rows
+    # the product before: issue 43's right-hand column, quoted as the issue has it
+    issue = "residual of a level-1 sleeper"
+    assert rows[issue][2].startswith("1.20 GiB at TP 1")
+    assert rows["level-1 wake"][2] == "0.53 s (weights / 55 GB/s)"
+
+
+def test_the_issue_43_rows_measured_cells_are_the_runs_and_the_now_cells_the_products():
+    """Each measured figure is the JSON's (the largest residual, the fastest wake, the failed
+    level-2 wake); each 'now' the product's own constant or decide()."""
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils import warm_switch as ws
+
+    runs = table.committed_runs()
+    _lines, rows = _rows()
+    residuals = [value for value, _at, _shape in table.level1_residuals(runs)]
+    kept = [run["switch"]["return"]["green_residual_bytes"] for run in runs
+            if (run["switch"].get("return") or {}).get("green_residual_bytes")]
+    assert max(residuals) == max(kept) == 3825205248  # green (MLA), H100 T0814
+    residual = rows["residual of a level-1 sleeper"]
+    assert "3.56 GiB (H100 T0814)" in residual[1]
+    default = table.gib(ws.MEASURED_SLEEPER_BYTES)
+    assert residual[3] == f"warm_switch.sleep_residual_bytes(1): {default}"
+    assert residual[4].startswith("default holds the largest sleeper (3.56 GiB)")
+    assert "5 of 5 passed, agreeing with the GPU 5 of 5" in residual[4]
+    host = rows["host memory of a level-1 sleeper (pinned factor)"]
+    factors = [run["switch"]["blue_sleep"]["host_ram_factor"] for run in runs
+               if run["switch"].get("blue_sleep")]
+    assert f"{max(factors):.3f}x (H200 T0521)" in host[1]
+    assert host[3].startswith(f"warm_switch.PINNED_HOST_FACTOR: {ws.PINNED_HOST_FACTOR}x")
+    wakes = [c["wake_s"] for run in runs for c in run["switch"].get("blue_cycles") or []]
+    wake = rows["level-1 wake"]
+    assert f"{table.secs(max(wakes))} (H100 T0819)" in wake[1]
+    assert "ids identical 19 of 19" in wake[1]
+    assert wake[3].startswith("bench/cutover.py paper_wake_s: 0.78 s for 27.35 GiB")
+    # auto: the level whose wake a run showed working, never the one it showed failing
+    minimax = rows["level 2, MiniMax-M2 shape"]
+    assert "failed 4 of 4" in minimax[1]
+    assert "'functools.partial'" in minimax[1]
+    assert "stops (cold switch) where it does not" in minimax[3]
+    assert "LEVEL_2_FAILS" in minimax[3]
+    mla = rows["level 2, DeepSeek-V3 (MLA) shape"]
+    assert "worked 4 of 4" in mla[1]
+    assert "ids identical 4 of 4" in mla[1]
+    assert "level 2 where it does not" in mla[3]
+    qwen = rows["level 2, Qwen3-MoE (same shapes)"]
+    assert "woken alone" in qwen[1]
+    assert "stops (cold switch)" in qwen[3]
+    assert all(rows[name][4].startswith("agrees") for name in (
+        "level 2, MiniMax-M2 shape", "level 2, DeepSeek-V3 (MLA) shape",
+        "level 2, Qwen3-MoE (same shapes)"))
+    green = rows["blue asleep + green at decide()'s share"]
+    assert "vLLM accepted 5 of 5" in green[1]
+    assert green[4].endswith("passes at the share now in 5 of 5 runs")
+
 def test_the_suite_end_to_end_against_a_stand_in_vllm(tmp_path):
     pytest.importorskip("transformers")
     smi = tmp_path / "smi"
