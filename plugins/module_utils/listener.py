@@ -173,8 +173,11 @@ def socket_owners(proc, inodes):
         for fd in fds:
             try:
                 target = proc.readlink(f"{entry}/fd/{fd}")
-            except OSError:
-                continue
+            except FileNotFoundError:
+                continue  # closed meanwhile
+            except OSError:  # listed but not readable: another uid's, without CAP_SYS_PTRACE
+                unreadable.append(entry)
+                break
             if target in links and int(entry) not in owners[links[target]]:
                 owners[links[target]].append(int(entry))
     return owners, unreadable
@@ -252,7 +255,7 @@ def _verdict(where, unit, group, holders, lost, unreadable):
     unsure = [h.describe() for h in holders if h.cgroup is None] + lost
     if unsure:
         why = (f"; /proc/<pid>/fd of {len(unreadable)} processes could not be read "
-               "(hidepid, or not root?)" if unreadable else "")
+               "(hidepid, or not root with CAP_SYS_PTRACE?)" if unreadable else "")
         return Listening(UNKNOWN, f"cannot tell who holds {where}: {', '.join(unsure)}{why}; "
                          f"wanted {ours}: not trusted", holders)
     return Listening(OWN, f"{where} is held by {ours}", holders)

@@ -118,7 +118,24 @@ def test_cannot_tell_is_not_trusted_and_says_why():
     assert found.message == (
         f"cannot tell who holds port 8001 on 127.0.0.1: a socket of uid 4343 on 127.0.0.1 "
         f"(inode {inode}); /proc/<pid>/fd of 1 processes could not be read (hidepid, or not "
-        f"root?); wanted {UNIT}'s processes (cgroup {GROUP}): not trusted")
+        f"root with CAP_SYS_PTRACE?); wanted {UNIT}'s processes (cgroup {GROUP}): not trusted")
+
+
+def test_fd_links_listed_but_not_readable_say_why():
+    """Root in a Docker container (no CAP_SYS_PTRACE) lists another uid's /proc/<pid>/fd but
+    readlink is refused: the lab's default scenario waited 600 s on "cannot tell" with no
+    reason given (CI, 2026-12-07). Now the reason is said."""
+    class NoPtrace(FakeProc):
+        def readlink(self, path):
+            if path.startswith("7777/fd/"):
+                raise PermissionError(13, "Permission denied")
+            return super().readlink(path)
+    proc = NoPtrace()
+    proc.listen(7777, PORT, "127.0.0.1", 4343, OTHER)
+    found = judged(proc)
+    assert (found.state, found.trusted) == (listener.UNKNOWN, False)
+    assert "/proc/<pid>/fd of 1 processes could not be read (hidepid, or not root with " \
+        "CAP_SYS_PTRACE?)" in found.message
 
 
 def test_a_legacy_hosts_name_systemd_hierarchy_is_read():
