@@ -195,6 +195,7 @@ def section(runs):
         lines += render(run)
     return lines
 
+
 # -- issue 43's rows, re-measured ----------------------------------------------------------
 # What the product assumed before the GPU runs: issue 43's right-hand column, cited as the
 # issue states it (the measured column of that table is what the runs now give).

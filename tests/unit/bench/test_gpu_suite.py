@@ -138,7 +138,6 @@ def test_the_measured_section_is_what_the_documented_command_gives_from_every_co
         ROOT / "docs" / "gpu-suite.md").read_text(encoding="utf-8")
 
 
-
 def _rows():
     """docs/gpu-suite.md's table of issue 43's rows, by its first cell."""
     lines = table.rows_table(table.committed_runs())
@@ -208,6 +207,7 @@ def test_the_issue_43_rows_measured_cells_are_the_runs_and_the_now_cells_the_pro
     green = rows["blue asleep + green at decide()'s share"]
     assert "vLLM accepted 5 of 5" in green[1]
     assert green[4].endswith("passes at the share now in 5 of 5 runs")
+
 
 def test_the_suite_end_to_end_against_a_stand_in_vllm(tmp_path):
     pytest.importorskip("transformers")

@@ -134,8 +134,8 @@ def test_fd_links_listed_but_not_readable_say_why():
     proc.listen(7777, PORT, "127.0.0.1", 4343, OTHER)
     found = judged(proc)
     assert (found.state, found.trusted) == (listener.UNKNOWN, False)
-    assert "/proc/<pid>/fd of 1 processes could not be read (hidepid, or not root with " \
-        "CAP_SYS_PTRACE?)" in found.message
+    assert ("/proc/<pid>/fd of 1 processes could not be read (hidepid, or not root with "
+            "CAP_SYS_PTRACE?)") in found.message
 
 
 def test_a_legacy_hosts_name_systemd_hierarchy_is_read():
