@@ -14,6 +14,7 @@ import shutil
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import listener
@@ -246,6 +247,43 @@ def test_the_real_proc_names_a_real_listener_of_another_uid(address):
         # the same listener judged against its own cgroup: the unit's own process
         own = listener.judge(proc, port, address, UNIT, lambda: theirs)
         assert own.state == listener.OWN, own.message
+
+
+PROBE_UNIT = (Path(__file__).resolve().parents[4] / "roles" / "vllm_service" / "templates"
+              / "vllm-fleet-probe.service.j2")
+
+
+def _judge_with_caps(caps, port, address, pid):
+    """The listener's verdict on `port`, read by a root process whose capabilities are only
+    `caps` (setpriv's bounding set: a root exec keeps no more), as the probe's unit runs."""
+    script = ("import sys; sys.path.insert(0, sys.argv[1]); import listener; "
+              "found = listener.judge(listener.ProcFs(), int(sys.argv[2]), sys.argv[3], 'u', "
+              "lambda: sys.argv[4]); print(found.state)")
+    folder = str(Path(listener.__file__).parent)
+    bounding = ",".join(["-all", *(f"+{c.lower().removeprefix('cap_')}" for c in caps)])
+    done = subprocess.run(["setpriv", f"--bounding-set={bounding}", sys.executable, "-S", "-c",
+                           script, folder, str(port), address, f"/pid-{pid}-not-its-group"],
+                          capture_output=True, text=True, check=False, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_the_probe_units_capabilities_let_it_place_another_uids_listener():
+    """The probe's unit keeps only CapabilityBoundingSet's capabilities. With CAP_SYS_PTRACE
+    alone root could not list another uid's /proc/<pid>/fd (mode 0500): every probe said
+    "cannot tell" and never healthy (Molecule default, 2026-12-07). Read with the unit's
+    own set, a listener of another uid is placed (an intruder here: not its cgroup)."""
+    _needs_real_proc()
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv(1)")
+    line = next(line for line in PROBE_UNIT.read_text().splitlines()
+                if line.startswith("CapabilityBoundingSet="))
+    caps = line.split("=", 1)[1].split()
+    with real_listener() as (pid, uid, port):
+        assert uid != 0
+        assert _judge_with_caps(caps, port, "127.0.0.1", pid) == listener.INTRUDER
+        # and what the unit had before: CAP_SYS_PTRACE alone cannot tell
+        assert _judge_with_caps(["CAP_SYS_PTRACE"], port, "127.0.0.1", pid) == listener.UNKNOWN
 
 
 def test_the_real_proc_says_nobody_on_a_closed_port():

@@ -48,7 +48,7 @@ def test_the_service_runs_the_probe_with_the_roles_settings():
     assert values["SyslogIdentifier"] == "vllm-fleet-probe"
     assert (values["NoNewPrivileges"], values["CapabilityBoundingSet"],
             values["ProtectSystem"], values["MemoryDenyWriteExecute"]) == (
-        "yes", "CAP_SYS_PTRACE", "strict", "yes")  # ptrace: who listens (listener.py)
+        "yes", "CAP_DAC_READ_SEARCH CAP_SYS_PTRACE", "strict", "yes")  # who listens (listener.py)
 
 
 def test_the_timer_runs_the_service_every_interval():
