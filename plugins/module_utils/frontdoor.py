@@ -330,11 +330,22 @@ class FrontDoor:
     def admitted(self):
         """How many workers of the generation before the last reload still run: each still
         carries a request it let through before the reload (a hold reloads, so these are the
-        requests that passed before it). None when the workers cannot be read."""
+        requests that passed before it). None when the workers cannot be read.
+
+        A worker that carries requests waiting in the room is not counted: they wait for the
+        switch's end, so the drain would wait for them until the room's bound refused them
+        (CI's cutover scenario, 2026-12-07: every warm leg's drain 10.2 s, the warm return's
+        16 held requests refused; nginx's old workers take connections for a moment after a
+        reload, and a request can meet the hold before it). Such a worker may also carry a
+        request let through before the hold whose body still arrives: it then reaches blue
+        asleep, and the sleep's straggler check wakes blue for it (`_sleep_blue`)."""
         if self.fenced is None:
             return None
         now = self.workers()
-        return None if now is None else len(self.fenced & now)
+        if now is None:
+            return None
+        waiting = self.room.holding_pids() if self.room is not None else set()
+        return len((self.fenced & now) - waiting)
 
     def holding(self):
         """Whether a hold is on (a switch holds the front door, or one died holding it)."""

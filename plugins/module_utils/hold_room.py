@@ -30,9 +30,11 @@ process; when that process dies the socket refuses and nginx answers 503 at once
 import contextlib
 import os
 import pwd
+import socket
 import socketserver
 import stat
 import statistics
+import struct
 import threading
 import time
 
@@ -108,6 +110,7 @@ class HoldRoom:
         self.done = False  # released or closed: no request waits any more
         self.target = None  # "127.0.0.1:<port>" once released to a model
         self.waiting = 0
+        self.holders = {}  # nginx worker pid -> requests of it waiting here (SO_PEERCRED)
         self.waits = []  # seconds each released request waited
         self.refused = 0  # requests answered 503 (past the bound, no target, closed, full)
         self.server = None
@@ -171,6 +174,12 @@ class HoldRoom:
             self.server.server_close()
             self.server = None
 
+    def holding_pids(self):
+        """The nginx workers whose requests wait here now (their pids, from each
+        connection's SO_PEERCRED): the drain does not wait for them."""
+        with self.cond:
+            return {pid for pid, count in self.holders.items() if count > 0}
+
     def stats(self):
         """What the room did: held (released to a model), refused, and how long the released
         ones waited (p50, p99, max in seconds)."""
@@ -202,18 +211,21 @@ class HoldRoom:
                 sock.sendall(_answer(REFUSED))
             return
         arrived = self.clock()
+        pid = _peer_pid(sock)
         with self.cond:
             if self.waiting >= self.limit:
                 self.refused += 1
                 target = None
             else:
                 self.waiting += 1
+                self.holders[pid] = self.holders.get(pid, 0) + 1
                 try:
                     deadline = self.opened_at + self.max_s
                     while not self.done and self.clock() < deadline:
                         self.cond.wait(max(0.0, deadline - self.clock()))
                 finally:
                     self.waiting -= 1
+                    self.holders[pid] -= 1
                 target = self.target if self.done else None
                 if target:
                     self.waits.append(self.clock() - arrived)
@@ -221,3 +233,12 @@ class HoldRoom:
                     self.refused += 1
         with contextlib.suppress(OSError):
             sock.sendall(_answer(RELEASED, target) if target else _answer(REFUSED))
+
+
+def _peer_pid(sock):
+    """The connecting process's pid (SO_PEERCRED: pid, uid, gid), None when not known."""
+    try:
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except (OSError, AttributeError):
+        return None
+    return struct.unpack("3i", creds)[0]

@@ -250,3 +250,35 @@ def test_a_cold_hold_health_and_a_closed_room_answer_503_at_once(tmp_path, model
         assert Client(url, "after the room").result() == 503
         door.point(blue.port, "blue", "blue")
         assert Client(url, "served").result() == 200
+
+
+def test_a_held_request_never_keeps_the_drain_waiting(tmp_path, models):
+    """CI's cutover scenario (2026-12-07): a request that met the hold between the hold file
+    and the hold's fence reload waited in the room carried by a worker of the old
+    generation, and the drain waits for those workers (admitted()) until they exit: it
+    waited until the room's bound refused them (every warm leg's drain 10.2 s, the warm
+    return's 16 held refused). A worker whose requests wait in the room (their pid from
+    the room's SO_PEERCRED) is no longer counted: the drain ends, the request is served."""
+    blue, green = models["blue"], models["green"]
+    with front_door(tmp_path, upstream_conf(blue.port, model="blue"), **OPEN) as (url, prefix):
+        door = _door(url, prefix)
+        real_reload = door._reload_with  # the hold's fence reload, timed
+        window = []
+
+        def reload_with(wanted, force=False):
+            if force and not window:  # between the hold file and the fence reload
+                window.append(Client(url, "in the window"))
+                _waiting(door, 1)  # held by a worker the reload then fences
+            return real_reload(wanted, force)
+
+        door._reload_with = reload_with
+        door.hold(warm=True)
+        assert door.fenced & door.room.holding_pids()  # an old worker carries it
+        deadline = time.monotonic() + 5
+        while door.admitted() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert door.admitted() == 0  # the drain has nothing to wait for
+        assert window[0].is_alive()  # still held
+        door.point(green.port, "green", "green")
+        assert window[0].result() == 200
+        assert json.loads(window[0].reply)["model"] == "green"
