@@ -111,6 +111,7 @@ class HoldRoom:
         self.target = None  # "127.0.0.1:<port>" once released to a model
         self.waiting = 0
         self.holders = {}  # nginx worker pid -> requests of it waiting here (SO_PEERCRED)
+        self.pending = {}  # each waiting request -> when it arrived, until counted
         self.waits = []  # seconds each released request waited
         self.refused = 0  # requests answered 503 (past the bound, no target, closed, full)
         self.server = None
@@ -157,6 +158,10 @@ class HoldRoom:
         with self.cond:
             self.target = target
             self.done = True
+            if target:  # counted now: stats() right after says so (the threads answer later)
+                now = self.clock()
+                self.waits.extend(now - arrived for arrived in self.pending.values())
+                self.pending.clear()
             self.cond.notify_all()
 
     def close(self):
@@ -219,6 +224,8 @@ class HoldRoom:
             else:
                 self.waiting += 1
                 self.holders[pid] = self.holders.get(pid, 0) + 1
+                key = object()
+                self.pending[key] = arrived
                 try:
                     deadline = self.opened_at + self.max_s
                     while not self.done and self.clock() < deadline:
@@ -227,10 +234,12 @@ class HoldRoom:
                     self.waiting -= 1
                     self.holders[pid] -= 1
                 target = self.target if self.done else None
-                if target:
-                    self.waits.append(self.clock() - arrived)
-                else:
-                    self.refused += 1
+                if key in self.pending:  # not counted by release(): after it, or refused
+                    del self.pending[key]
+                    if target:
+                        self.waits.append(self.clock() - arrived)
+                    else:
+                        self.refused += 1
         with contextlib.suppress(OSError):
             sock.sendall(_answer(RELEASED, target) if target else _answer(REFUSED))
 
