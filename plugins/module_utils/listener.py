@@ -254,8 +254,8 @@ def _verdict(where, unit, group, holders, lost, unreadable):
                          holders)
     unsure = [h.describe() for h in holders if h.cgroup is None] + lost
     if unsure:
-        why = (f"; /proc/<pid>/fd of {len(unreadable)} processes could not be read "
-               "(hidepid, or not root with CAP_SYS_PTRACE?)" if unreadable else "")
+        why = (f"; /proc/<pid>/fd of {len(unreadable)} processes could not be read (hidepid, "
+               "or not root with CAP_DAC_READ_SEARCH and CAP_SYS_PTRACE?)" if unreadable else "")
         return Listening(UNKNOWN, f"cannot tell who holds {where}: {', '.join(unsure)}{why}; "
                          f"wanted {ours}: not trusted", holders)
     return Listening(OWN, f"{where} is held by {ours}", holders)

@@ -119,7 +119,8 @@ def test_cannot_tell_is_not_trusted_and_says_why():
     assert found.message == (
         f"cannot tell who holds port 8001 on 127.0.0.1: a socket of uid 4343 on 127.0.0.1 "
         f"(inode {inode}); /proc/<pid>/fd of 1 processes could not be read (hidepid, or not "
-        f"root with CAP_SYS_PTRACE?); wanted {UNIT}'s processes (cgroup {GROUP}): not trusted")
+        f"root with CAP_DAC_READ_SEARCH and CAP_SYS_PTRACE?); wanted {UNIT}'s processes "
+        f"(cgroup {GROUP}): not trusted")
 
 
 def test_fd_links_listed_but_not_readable_say_why():
@@ -136,7 +137,7 @@ def test_fd_links_listed_but_not_readable_say_why():
     found = judged(proc)
     assert (found.state, found.trusted) == (listener.UNKNOWN, False)
     assert ("/proc/<pid>/fd of 1 processes could not be read (hidepid, or not root with "
-            "CAP_SYS_PTRACE?)") in found.message
+            "CAP_DAC_READ_SEARCH and CAP_SYS_PTRACE?)") in found.message
 
 
 def test_a_legacy_hosts_name_systemd_hierarchy_is_read():
