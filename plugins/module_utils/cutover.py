@@ -19,6 +19,7 @@ an HTTP request function, clocks, sleep), so pytest drives the logic.
 
 import contextlib
 import json
+import math
 import os
 import time
 
@@ -71,6 +72,15 @@ SLEEP_PAUSE_MODE = "wait"
 # generation: past the request's bound, the scheduler paused meanwhile, blue asleep later
 # with no one to wake it); vllm #28714 shows why /sleep must not meet running requests.
 SLEEP_ABORT_MODE = "abort"
+# A fingerprint is one request's alone: vLLM is not batch-invariant by default
+# (docs.vllm.ai/en/v0.32.0/features/batch_invariance/), so a greedy request answered beside
+# others gets other logprobs than one answered alone, and a check would fail a sound wake.
+# Blue's requests past the drain's deadline are ended before its fingerprint (vLLM's
+# POST /abort_requests, dev mode); the check after a wake first waits up to this long for
+# what runs on the woken model to end (a straggler's request, answered once it woke), and
+# past it compares the token ids alone.
+FINGERPRINT_QUIET_S = 10.0
+ABORT_ROUTE = "/abort_requests"  # vLLM 0.32's rl/online router: `{}` aborts every request
 # Seconds one sleep or wake request may take (the lab: /sleep 0.03 s, /wake_up 0.1 s; on
 # paper 1.4 s for Kimi-K2.5 INT4 TP8 at level 1). A level-2 reload rereads the weights
 # and gets the unit's startup timeout.
@@ -362,6 +372,7 @@ class Cutover:
         self.blue_slept_at = None  # when blue was asked to sleep (ISO, UTC)
         self.blue_stragglers = 0  # requests that reached blue asleep, answered by a wake
         self.blue_aborted = None  # requests a sleep past the drain's deadline ended
+        self.blue_overdue = 0  # of those, still running when blue's fingerprint was taken
         self.blue_fingerprint = None  # what blue computed, drained, before it slept
         self.blue_residual = None  # {GPU: bytes} blue's processes kept once asleep
         self.green_stale = False  # green's unit runs asleep on another revision: restarted
@@ -748,6 +759,8 @@ class Cutover:
     def _put_blue_aside(self, blue, same, result):
         """Sequential, blue drained: it sleeps (warm) or stops (cold); `_cold_because` says
         when a warm switch stops blue after all."""
+        if self.warm:
+            self._end_overdue(blue, result)
         why = self._cold_because(blue, result) if self.warm else None
         if why:
             self.warm = False
@@ -756,11 +769,6 @@ class Cutover:
                 self.frontdoor.mark_warm(False)  # the hold now lasts a cold switch
         if self.warm:
             self.blue_asleep = True  # asked to sleep: a failure from here wakes it
-            drained = result.get("blue_drain") or {}
-            if drained and not drained.get("drained"):
-                self.blue_aborted = max(int(drained.get("in_flight") or 0),
-                                        int(drained.get("running") or 0)
-                                        + int(drained.get("waiting") or 0))
             result["blue_sleep_s"] = self._timed("sleep_blue", self._sleep_blue, blue)
             if self.blue_aborted is not None:
                 result["blue_aborted"] = self.blue_aborted
@@ -776,6 +784,23 @@ class Cutover:
             return self._timed("wake_green", self._wake_green, result)
         return self._timed("start_green", self._start_and_gate, self.green,
                            "restart" if self.green_stale else "start", "green", baseline)
+
+    def _end_overdue(self, blue, result):
+        """The drain's deadline passed with requests still on blue: they are ended as a cold
+        stop would end them (issue 44, case 2), before its fingerprint is taken, so that the
+        fingerprint is blue's alone (FINGERPRINT_QUIET_S). vLLM's POST /abort_requests ends
+        them without pausing blue; where it does not answer 200 its /sleep?mode=abort ends
+        them, and the fingerprint, taken beside them, is marked so (`beside`): a wake's check
+        then compares its token ids alone."""
+        drained = result.get("blue_drain") or {}
+        if not drained or drained.get("drained"):
+            return
+        self.blue_aborted = max(int(drained.get("in_flight") or 0),
+                                int(drained.get("running") or 0) + int(drained.get("waiting") or 0))
+        got = self.host.request("POST", blue["url"] + ABORT_ROUTE, {}, 10.0)
+        if got.status != HTTP_OK:
+            self.blue_overdue = self.blue_aborted
+            result["blue_abort_requests"] = f"{got.status or got.error} {got.body[:120]}".strip()
 
     def _cold_because(self, blue, result):
         """Why drained blue must stop instead of sleeping (None: it may sleep).
@@ -793,6 +818,8 @@ class Cutover:
         try:
             self.blue_fingerprint = self._timed("fingerprint", prints.take, blue["url"],
                                                 blue["served_model_name"], self.host.request)
+            if self.blue_overdue:
+                self.blue_fingerprint["beside"] = self.blue_overdue
         except prints.FingerprintError as exc:
             return (f"no fingerprint of blue {blue['model']} could be taken before it slept "
                     f"({exc.msg}): its wake could not be trusted, so it was stopped")
@@ -1165,13 +1192,20 @@ class Cutover:
             return dict(gate, ok=False, stage="fingerprint",
                         detail="no fingerprint was taken before it slept: its wake cannot "
                                "be checked")
+        quiet = drain(svc["url"], min(FINGERPRINT_QUIET_S, self.settings.drain_timeout),
+                      request=self.host.request, clock=self.host.clock, sleep=self.host.sleep,
+                      quiet_reads=1)
         try:
             now = prints.take(svc["url"], svc["served_model_name"], self.host.request)
         except prints.FingerprintError as exc:
             return dict(gate, ok=False, stage="fingerprint", detail=exc.msg)
-        why = prints.differs(fingerprint, now)
+        beside = (fingerprint.get("beside") or 0) if quiet["drained"] else max(
+            int(quiet.get("in_flight") or 0), int(quiet["running"]) + int(quiet["waiting"]))
+        why = prints.differs(fingerprint, now, math.inf if beside else prints.LOGPROB_TOLERANCE)
         if why:
             return dict(gate, ok=False, stage="fingerprint", detail=why)
+        if beside:  # one of the two answered beside other requests: its token ids alone
+            return dict(gate, fingerprint="matched", fingerprint_beside=beside)
         return dict(gate, fingerprint="matched")
 
     def _wake_green(self, result):

@@ -238,6 +238,11 @@ class FakeUnit:
         # '!!!!!!!!!!!!'): from its next wake on, every token is '!' (id 0)
         self.garbage_after_wake = False
         self.garbage = False
+        # vLLM is not batch-invariant by default (docs.vllm.ai/en/v0.32.0/features/
+        # batch_invariance/): a greedy completion answered beside other requests gets other
+        # logprobs (here +0.004, past the fingerprint's 1e-3) than one answered alone
+        self.batch_variant = True
+        self.abort_route = True  # False: a vLLM without POST /abort_requests (404)
         self.engines = engines
         self.max_running = max_running
         self.worker_pids = list(worker_pids)  # vLLM's worker processes, in the unit's cgroup
@@ -648,9 +653,12 @@ class FakeHost:
         count = payload["max_tokens"]
         seed = sum(map(ord, unit.served or ""))
         garbage = unit.garbage or unit.weights_stale
+        batched = unit.batch_variant and any(d > self.now for d in unit.inflight)
         ids = [0] * count if garbage else [(seed * 31 + 7 * i) % 32000 + 1 for i in range(count)]
-        logprobs = [-0.01] * count if garbage else [-0.25 - 0.01 * i for i in range(count)]
-        self.timeline.append(f"fingerprint {unit.name}: {'garbage' if garbage else 'greedy'}")
+        logprobs = ([-0.01] * count if garbage else
+                    [-0.25 - 0.01 * i + (0.004 if batched else 0.0) for i in range(count)])
+        self.timeline.append(f"fingerprint {unit.name}: {'garbage' if garbage else 'greedy'}"
+                             f"{' batched' if batched else ''}")
         return HttpResult(200, json.dumps({"choices": [{
             "text": "!" * count if garbage else " one two three", "token_ids": ids,
             "logprobs": {"token_logprobs": logprobs}}],
@@ -669,7 +677,7 @@ class FakeHost:
         base, _sep, query = path.partition("?")
         params = parse_qs(query)
         if base not in ("/sleep", "/wake_up", "/is_sleeping", "/collective_rpc",
-                        "/reset_prefix_cache"):
+                        "/reset_prefix_cache", "/abort_requests"):
             return None
         if not unit.sleep_mode:
             return HttpResult(404, json.dumps({"detail": "Not Found"}))
@@ -677,6 +685,14 @@ class FakeHost:
             return HttpResult(200, json.dumps({"is_sleeping": bool(unit.asleep_tags)}))
         if method != "POST":
             return HttpResult(405, json.dumps({"detail": "Method Not Allowed"}))
+        if base == "/abort_requests":  # vLLM 0.32's rl/online router: {} aborts them all
+            if not unit.abort_route:
+                return HttpResult(404, json.dumps({"detail": "Not Found"}))
+            ended = [d for d in unit.inflight if d > self.now]
+            unit.aborted += len(ended)
+            unit.inflight = [d for d in unit.inflight if d <= self.now]
+            self.timeline.append(f"abort_requests {unit.name}: {len(ended)}")
+            return HttpResult(200, json.dumps({"status": "ok"}))
         if base == "/sleep":
             level = int(params.get("level", ["1"])[0])
             mode = params.get("mode", ["abort"])[0]

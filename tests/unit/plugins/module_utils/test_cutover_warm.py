@@ -534,6 +534,56 @@ def test_a_generation_that_outlasts_the_drain_is_aborted_and_blue_sleeps(tmp_pat
     assert [s["model"] for s in world.saved()["sleeping"]] == ["blue"]
 
 
+def test_blue_s_fingerprint_is_taken_alone_after_the_requests_past_the_drain_end(
+        tmp_path, port):
+    """vLLM is not batch-invariant by default (docs.vllm.ai/en/v0.32.0/features/
+    batch_invariance/): a fingerprint taken beside the generation that outlasted the drain
+    carries other logprobs than the one the rollback's wake takes alone, and the rollback
+    then refused a sound blue ("Rollback FAILED", nothing serving). The requests past the
+    deadline are ended first (POST /abort_requests), then the fingerprint is taken."""
+    world = World(tmp_path, port, green=ZERO_TOKENS)
+    world.b.inflight = [world.host.now + 300.0]
+    exc = world.fail()
+    assert exc.msg.endswith("Rolled back: blue woke and is serving again.")
+    assert exc.fields["blue_health"]["fingerprint"] == "matched"
+    assert "fingerprint_beside" not in exc.fields["blue_health"]
+    assert (exc.fields["blue_aborted"], world.b.aborted) == (1, 1)
+    blue_events = [e for e in world.host.events() if e.split()[1].rstrip(":") == B
+                   and e.split()[0] in ("abort_requests", "fingerprint", "sleep", "wake")]
+    assert blue_events == [f"fingerprint {B}: greedy batched",  # the warm-up, before the hold
+                           f"abort_requests {B}: 1", f"fingerprint {B}: greedy",
+                           f"sleep {B} level=1 mode=abort", f"wake {B} tags=weights,kv_cache",
+                           f"fingerprint {B}: greedy"]
+
+
+def test_without_abort_requests_the_fingerprint_beside_them_is_checked_by_its_ids(
+        tmp_path, port):
+    """A vLLM without POST /abort_requests (404): blue's fingerprint is taken beside the
+    generation past the drain and marked so; the wake's check compares its token ids alone
+    (the logprobs of a batch are not a single request's), so a sound blue passes..."""
+    world = World(tmp_path, port, green=ZERO_TOKENS)
+    world.b.inflight = [world.host.now + 300.0]
+    world.b.abort_route = False
+    exc = world.fail()
+    assert exc.msg.endswith("Rolled back: blue woke and is serving again.")
+    assert exc.fields["blue_abort_requests"].startswith("404")
+    assert (exc.fields["blue_health"]["fingerprint"],
+            exc.fields["blue_health"]["fingerprint_beside"]) == ("matched", 1)
+    assert world.b.sleep_modes == ["abort"]  # /sleep ended it
+
+
+def test_without_abort_requests_a_garbage_wake_still_fails_on_its_ids(tmp_path, port):
+    """... and a blue that wakes computing garbage ('!!!!', vllm PR #54235) still fails."""
+    world = World(tmp_path, port, green=ZERO_TOKENS)
+    world.b.inflight = [world.host.now + 300.0]
+    world.b.abort_route = False
+    world.b.garbage_after_wake = True
+    exc = world.fail()
+    assert "Rollback FAILED" in exc.msg
+    assert exc.fields["blue_health"]["stage"] == "fingerprint"
+    assert "greedy tokens changed" in exc.fields["blue_health"]["detail"]
+
+
 def test_a_sleep_that_does_not_answer_within_its_bound_stops_blue_never_strands_it(
         tmp_path, port):
     """Issue 44, case 2: a /sleep that does not answer leaves blue in a state no one knows
