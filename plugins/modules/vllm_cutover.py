@@ -449,11 +449,20 @@ warm_refused:
 blue_aborted:
   description:
     - Warm switch whose drain's deadline passed with requests still running on blue - how
-      many the drain counted last; blue was put to sleep with C(mode=abort), which ends them
-      as a cold stop would (C(mode=wait) would hold the sleep, and blue's scheduler, until
-      they end).
+      many the drain counted last; they were ended as a cold stop ends them, with vLLM's
+      C(POST /abort_requests) before blue's fingerprint (so it is blue's alone), then blue
+      was put to sleep with C(mode=abort) (C(mode=wait) would hold the sleep, and blue's
+      scheduler, until they end).
   returned: when blue's drain did not end in time
   type: int
+blue_abort_requests:
+  description:
+    - What C(POST /abort_requests) answered when it did not answer 200 (a vLLM without the
+      route); blue's fingerprint was then taken beside the requests past the drain and its
+      wake's check compares the token ids alone.
+  returned: when blue_aborted is returned and that request failed
+  type: str
+  sample: "404 {\"detail\":\"Not Found\"}"
 frontdoor_held:
   description:
     - What the front door's waiting room (O(frontdoor.hold_socket)) did in a warm switch -
@@ -526,7 +535,9 @@ green_health:
     - The gate's outcome for green (ok, seconds since the start, stage, detail, attempts); stage
       V(stall) when its journal was silent for O(startup_stall) seconds. After a wake, stage
       V(fingerprint) when the woken model did not give the greedy tokens (and logprobs) it
-      gave before it slept, or none could be taken; V(fingerprint=matched) when it did.
+      gave before it slept, or none could be taken; V(fingerprint=matched) when it did, with
+      V(fingerprint_beside) (requests running beside one of the two fingerprints, so the token ids
+      alone were compared) when it could not be taken alone.
   returned: when green was started
   type: dict
 waited_for_switch:
