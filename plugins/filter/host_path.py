@@ -13,6 +13,7 @@ HOST_PATHS = {
     "record": ("record", "RECORD_FILE"),
     "rank_dir": ("replica_watch", "RANK_DIR"),
     "venv_lock": ("venv_facts", "LOCK_FILE"),
+    "switch_lock": ("switch_lock", "LOCK_FILE"),
 }
 
 

@@ -21,6 +21,9 @@ def render(name, **overrides):
     variables = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
     variables.update(yaml.safe_load((ROLE / "vars" / "main.yml").read_text()))
     variables.update(ansible_managed="Ansible managed", **overrides)
+    # As Ansible templates a variable when it is used: the ones these templates read.
+    for key in ("vllm_service_switch_lock",):
+        variables[key] = env.from_string(variables[key]).render(variables)
     return env.from_string((ROLE / "templates" / f"{name}.j2").read_text()).render(variables)
 
 
