@@ -642,9 +642,9 @@ def rows_table(runs):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog=__doc__.split("\n\n", 1)[1])
+    summary, _sep, usage = __doc__.partition("\n\n")
+    parser = argparse.ArgumentParser(description=" ".join(summary.split()), epilog=usage,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("json", nargs="*", help="runs, each its own table (none: every run "
                         "under bench/output/gpu/, in the order they started)")
     parser.add_argument("--doc")
