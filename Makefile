@@ -113,7 +113,7 @@ bench-fit:
 	python bench/fit.py --check
 
 # Warm switches on paper (no lab needed): per catalog CUDA model on its target profile, the
-# level-1 wake (the fit's weights per GPU / the 55 GB/s copy rate measured on an H200) beside
+# level-1 wake (the fit's weights per GPU / 37.7 GB/s, vLLM 0.26.0's wake on an H100) beside
 # its cold load; then the lab's warm-switch figures from bench/output/cutover-warm.json (the
 # cutover scenario writes it), or that they are not measured yet.
 bench-warm-paper:

@@ -194,18 +194,19 @@ class Load:
             worker.join(timeout=130)
 
 
-def run_site(inventory, variables, cancel_callback=None):
+def run_site(inventory, variables, cancel_callback=None, event_handler=None):
     """site.yml through ansible-runner with these extra vars; returns (rc, its events).
 
     cancel_callback: polled while the run goes on; when it returns True the run's
     whole process group gets SIGKILL (ansible-runner's cancel), a controller that died.
+    event_handler: called with each event as the run goes on (ansible-runner's).
     """
     with tempfile.TemporaryDirectory() as private:
         runner = ansible_runner.run(
             private_data_dir=private, project_dir=str(ROOT), playbook=str(ROOT / "site.yml"),
             inventory=str(Path(inventory).resolve()), extravars=variables,
             envvars={"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}, quiet=True,
-            cancel_callback=cancel_callback)
+            cancel_callback=cancel_callback, event_handler=event_handler)
         return runner.rc, list(runner.events)
 
 
@@ -255,11 +256,11 @@ def make_active(args, model, strategy):
         sys.exit(f"could not make {model} active first: {res.get('msg')}")
 
 
-def deploy(inventory, model, strategy, extravars=None):
+def deploy(inventory, model, strategy, extravars=None, event_handler=None):
     """site.yml through ansible-runner; returns (rc, cutover result or {})."""
     variables = {"model": model, "vllm_fleet_cutover_strategy": strategy}
     variables.update(extravars or {})
-    rc, events = run_site(inventory, variables)
+    rc, events = run_site(inventory, variables, event_handler=event_handler)
     for event in events:
         data = event.get("event_data", {})
         # The switch runs as an async job; its result is the follow task's (async_follow).

@@ -5,7 +5,11 @@
 Runs on any CUDA host with vLLM installed (no systemd, no network; `make bench-gpu`):
 
   python3 bench/gpu/suite.py --out bench/output/gpu [--models /tmp/gpu-models]
-      [--phases switch,level2,shapes] [--budget-s 560]
+      [--phases switch,shapes] [--budget-s 3000]
+
+It uses the first GPU nvidia-smi lists (GPU 0), at tensor parallel 1: keep it idle, and do
+not narrow CUDA_VISIBLE_DEVICES (nvidia-smi's figures are GPU 0's). A run that could not
+measure (no CUDA, a phase that failed) exits 1; its JSON is still written, as a finding.
 
 Phases, most important first (each writes the JSON again, so a run cut short keeps what
 it measured):
@@ -17,13 +21,14 @@ it measured):
   check included); green starts at the share decide() gave; the warm return (green sleeps,
   blue wakes through Cutover._wake, its gate) is timed; more level-1 cycles of blue; greedy
   token ids and logprobs before and after every wake;
-- level2: the product's level-2 wake sequence (cutover.wake_steps(2)) on the MLA and the
-  MiniMax-M2 shapes;
+  the product's level-2 wake sequence (cutover.wake_steps(2)) runs in it too, on the MLA and
+  the MiniMax-M2 shapes;
 - shapes: the Qwen3-MoE shape of MiniMax-M2 and a Llama GQA shape: cold start (and a
   second start with torch.compile's cache kept), level-1 and level-2 sleep and wake.
 
 Every figure comes with the card, driver, CUDA, torch and vLLM versions. Output:
-OUT/gpu-<card>-vllm-<version>.json and a printed table (bench/gpu/table.py).
+OUT/gpu-<card>-vllm-<version>-<start>.json, the servers' logs beside it, and a printed
+table (bench/gpu/table.py).
 """
 
 import argparse
@@ -518,6 +523,9 @@ class Suite:
                         .replace(b"\r", b"\n"))
 
 
+PHASES = ("switch", "shapes")
+
+
 def layer_counts(text):
     """'minimax_m2=4,deepseek_v3_mla=4' -> {shape: layers}; refuses an unknown shape."""
     counts = {}
@@ -586,11 +594,17 @@ def env_facts():
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=str(ROOT / "bench" / "output" / "gpu"))
-    parser.add_argument("--models", default=str(Path(tempfile.gettempdir()) / "gpu-models"))
-    parser.add_argument("--phases", default="switch,shapes")
-    parser.add_argument("--budget-s", type=float, default=3000.0)
-    parser.add_argument("--port", type=int, default=8100)
+    parser.add_argument("--out", default=str(ROOT / "bench" / "output" / "gpu"),
+                        help="where the run's JSON and its servers' logs go")
+    parser.add_argument("--models", default=str(Path(tempfile.gettempdir()) / "gpu-models"),
+                        help="where the random-weight models are made (and reused; the "
+                             "default layers take about 45 GiB)")
+    parser.add_argument("--phases", default="switch,shapes",
+                        help="comma-separated, in order: " + ", ".join(PHASES))
+    parser.add_argument("--budget-s", type=float, default=3000.0,
+                        help="seconds for the whole run; a phase with less than 60 s left is "
+                             "skipped (and named)")
+    parser.add_argument("--port", type=int, default=8100, help="the servers' port (loopback)")
     parser.add_argument("--server", default="",
                         help="the command before `serve` (default: python3 -m "
                              "vllm.entrypoints.cli.main; the suite's test: a stand-in)")
@@ -602,8 +616,29 @@ def main(argv=None):
     parser.add_argument("--shrink", type=int, default=1,
                         help="divide the shapes' widths (the suite's test on a CPU)")
     args = parser.parse_args(argv)
-    Suite(args).run()
-    return 0
+    unknown = [name for name in args.phases.split(",") if name not in PHASES]
+    if unknown:
+        parser.error(f"--phases: no phase {', '.join(map(repr, unknown))} (phases: "
+                     f"{', '.join(PHASES)})")
+    if args.device == "cuda":
+        cuda_or_exit()
+    suite = Suite(args)
+    suite.run()
+    return 1 if suite.result["errors"] else 0
+
+
+def cuda_or_exit():
+    """Refuse at once, before a model is made, where this Python cannot use a GPU."""
+    try:
+        import torch  # only the suite's real run needs it
+    except ImportError as exc:
+        raise SystemExit(f"bench/gpu/suite.py: {sys.executable} cannot import torch ({exc}): "
+                         "run it with the Python that has vLLM and torch (make bench-gpu "
+                         "GPU_PYTHON=...; docs/gpu-suite.md)") from None
+    if not torch.cuda.is_available():
+        raise SystemExit(f"bench/gpu/suite.py: torch {torch.__version__} in {sys.executable} "
+                         f"sees no CUDA GPU (built for CUDA {torch.version.cuda}): nothing "
+                         "measured")
 
 
 if __name__ == "__main__":

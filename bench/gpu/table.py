@@ -181,8 +181,18 @@ def rewrite_doc(doc_text, lines, begin=BEGIN, end=END):
 
 
 def committed_runs(folder=RUNS):
-    """Every run under folder (gpu-*.json), in the order they started (their `started`)."""
-    runs = [json.loads(path.read_text(encoding="utf-8")) for path in folder.glob("gpu-*.json")]
+    """Every run under folder (gpu-*.json) that measured on a GPU with vLLM, in the order
+    they started (their `started`); a run that could not (no CUDA, no vLLM: the suite exited
+    1) is named on stderr and left out."""
+    runs = []
+    for path in sorted(folder.glob("gpu-*.json")):
+        run = json.loads(path.read_text(encoding="utf-8"))
+        if not (run.get("started") and (run.get("env") or {}).get("vllm")):
+            print(f"table.py: {path.name} left out: it measured nothing "
+                  f"({'; '.join(e['error'] for e in run.get('errors') or []) or 'no vLLM'})",
+                  file=sys.stderr)
+            continue
+        runs.append(run)
     return sorted(runs, key=lambda run: run["started"])
 
 
@@ -632,7 +642,9 @@ def rows_table(runs):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    summary, _sep, usage = __doc__.partition("\n\n")
+    parser = argparse.ArgumentParser(description=" ".join(summary.split()), epilog=usage,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("json", nargs="*", help="runs, each its own table (none: every run "
                         "under bench/output/gpu/, in the order they started)")
     parser.add_argument("--doc")

@@ -178,7 +178,7 @@ class ProcView:
 
 
 class FakeUnit:
-    def __init__(self, name, url=None, served=None, *, installed=True, active=False,
+    def __init__(self, name, url=None, served=None, *, installed=True, active=False,  # noqa: PLR0915 - an attribute per state or fault it plays
                  behaviour=HEALTHY, warmup_s=0.0, journal=(), port=None, engines=1,
                  max_running=256, worker_pids=(), prints=(), behaviour_after_restart=None,
                  release_s=0.0, exit_s=0.0, steps_per_s=0.0, real_metrics=False,
@@ -672,7 +672,7 @@ class FakeHost:
             return unit.residual_bytes
         return unit.weights_bytes
 
-    def _sleep_route(self, unit, method, path, payload, timeout=10.0):  # noqa: PLR0911, PLR0912, C901 - one per route
+    def _sleep_route(self, unit, method, path, payload, timeout=10.0):  # noqa: PLR0911, PLR0912, PLR0915, C901 - one per route
         """vLLM 0.32's dev-mode sleep routes (None: not one of them)."""
         base, _sep, query = path.partition("?")
         params = parse_qs(query)
@@ -685,14 +685,8 @@ class FakeHost:
             return HttpResult(200, json.dumps({"is_sleeping": bool(unit.asleep_tags)}))
         if method != "POST":
             return HttpResult(405, json.dumps({"detail": "Method Not Allowed"}))
-        if base == "/abort_requests":  # vLLM 0.32's rl/online router: {} aborts them all
-            if not unit.abort_route:
-                return HttpResult(404, json.dumps({"detail": "Not Found"}))
-            ended = [d for d in unit.inflight if d > self.now]
-            unit.aborted += len(ended)
-            unit.inflight = [d for d in unit.inflight if d <= self.now]
-            self.timeline.append(f"abort_requests {unit.name}: {len(ended)}")
-            return HttpResult(200, json.dumps({"status": "ok"}))
+        if base == "/abort_requests":
+            return self._abort_requests(unit)
         if base == "/sleep":
             level = int(params.get("level", ["1"])[0])
             mode = params.get("mode", ["abort"])[0]
@@ -748,6 +742,17 @@ class FakeHost:
             self.timeline.append(f"rpc {unit.name} {(payload or {}).get('method')}")
             return HttpResult(200, json.dumps({"results": [None]}))
         self.timeline.append(f"reset_prefix_cache {unit.name}")
+        return HttpResult(200, json.dumps({"status": "ok"}))
+
+    def _abort_requests(self, unit):
+        """POST /abort_requests with `{}` (vLLM 0.32's rl/online router): every request in
+        flight is aborted, the scheduler not paused; 404 on a vLLM without the route."""
+        if not unit.abort_route:
+            return HttpResult(404, json.dumps({"detail": "Not Found"}))
+        ended = [d for d in unit.inflight if d > self.now]
+        unit.aborted += len(ended)
+        unit.inflight = [d for d in unit.inflight if d <= self.now]
+        self.timeline.append(f"abort_requests {unit.name}: {len(ended)}")
         return HttpResult(200, json.dumps({"status": "ok"}))
 
     def _wake_fails(self, unit, steps, timeout):

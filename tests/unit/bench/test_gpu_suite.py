@@ -251,3 +251,46 @@ def test_the_suite_end_to_end_against_a_stand_in_vllm(tmp_path):
     assert sw["decide_host_short"]["deepseek_v3_mla"]["mode"] == "cold"
     assert "systemctl show vllm-bench-minimax_m2" in result["product_calls"]
     assert any("| product's decide()" in line for line in done.stdout.splitlines())
+
+
+# A new user's trial (no GPU): `suite.py --budget-s 200` printed "Torch not compiled with
+# CUDA enabled", exited 0 and wrote gpu-gpu-vllm-None-<stamp>.json into the runs' folder,
+# after which `table.py --rows` died on a TypeError; `--phases level2` (in the docstring)
+# was an AttributeError, also rc 0.
+def test_an_unknown_phase_is_refused_naming_the_phases(tmp_path, capsys):
+    import suite
+
+    with pytest.raises(SystemExit) as done:
+        suite.main(["--phases", "switch,level2", "--out", str(tmp_path), "--device", "cpu"])
+    assert done.value.code == 2
+    assert "--phases: no phase 'level2' (phases: switch, shapes)" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_python_whose_torch_sees_no_gpu_is_refused_before_anything_is_made(
+        tmp_path, monkeypatch):
+    import types
+
+    import suite
+
+    cuda = types.SimpleNamespace(is_available=lambda: False)
+    torch = types.SimpleNamespace(__version__="2.11.0+cpu", cuda=cuda,
+                                  version=types.SimpleNamespace(cuda=None))
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    with pytest.raises(SystemExit, match=r"torch 2.11.0\+cpu in .* sees no CUDA GPU"):
+        suite.main(["--out", str(tmp_path / "out"), "--models", str(tmp_path / "models")])
+    assert not (tmp_path / "out").exists()
+    assert not (tmp_path / "models").exists()
+
+
+def test_a_run_that_measured_nothing_is_left_out_of_the_tables(tmp_path, capsys):
+    committed = min((ROOT / "bench" / "output" / "gpu").glob("gpu-*.json"))
+    (tmp_path / committed.name).write_text(committed.read_text())
+    (tmp_path / "gpu-gpu-vllm-None-20261207T0100.json").write_text(json.dumps({
+        "started": "2026-12-07T01:00:00Z", "env": {"card": "gpu", "vllm": None},
+        "errors": [{"where": "switch",
+                    "error": "AssertionError: Torch not compiled with CUDA enabled"}]}))
+    runs = table.committed_runs(tmp_path)
+    assert [run["started"] for run in runs] == [json.loads(committed.read_text())["started"]]
+    assert ("gpu-gpu-vllm-None-20261207T0100.json left out: it measured nothing "
+            "(AssertionError: Torch not compiled with CUDA enabled)") in capsys.readouterr().err

