@@ -1,8 +1,8 @@
 # Copyright (c) 2026 vllm-fleet contributors
 # SPDX-License-Identifier: Apache-2.0
-"""A warm-switch fault on the Molecule cutover host (issue 44), on a real switch.
+"""Two warm-switch faults on the Molecule cutover host (issue 44), each a real switch.
 
-The leg runs `site.yml -e model=GREEN -e vllm_fleet_switch_mode=warm` through
+Each leg runs `site.yml -e model=GREEN -e vllm_fleet_switch_mode=warm` through
 ansible-runner (bench/cutover.py's deploy), reads the switch's own result and the front
 door, prints them as JSON and exits 1 naming every expectation it missed.
 
@@ -13,6 +13,11 @@ door, prints them as JSON and exits 1 naming every expectation it missed.
                  client's stream ends as docs/warm-switch.md says (HTTP 200, a last chunk with
                  finish_reason "abort", then `data: [DONE]`), green's wake is checked by its
                  fingerprint (green_health.fingerprint "matched") and green serves.
+  wrong-weights  Green sleeps with other weights loaded into it (the scenario reloads them
+                 while it sleeps: POST /collective_rpc reload_weights); woken, it answers
+                 other tokens. Its fingerprint gate refuses it (stage "fingerprint", naming the
+                 tokens that differ), green is stopped (failed_wakes, not put back to sleep),
+                 blue is woken back (its own fingerprint matched) and serves: rc 2.
 
   .venv/bin/python bench/warm_faults.py long-stream --inventory INV \\
       --frontdoor http://127.0.0.1:8030 --green tiny_gqa --blue-url http://127.0.0.1:8032 \\
@@ -30,6 +35,7 @@ import urllib.parse
 from cutover import HEADERS, active_model, deploy
 
 HTTP_OK = 200
+FAILED_RUN = 2  # ansible-playbook's rc when a task failed on a host
 STREAM_TOKENS = 480  # within the lab models' max_model_len (512): about 6 s on one core
 
 
@@ -111,9 +117,30 @@ def long_stream(args):
             "green_health": res.get("green_health"), "missed": missed}
 
 
+def wrong_weights(args):
+    rc, res = deploy(args.inventory, args.green, "sequential", {"vllm_fleet_switch_mode": "warm"})
+    gate = res.get("green_health") or {}
+    wakes = res.get("failed_wakes") or []
+    blue = res.get("blue_health") or {}
+    missed = [m for ok, m in [
+        (rc == FAILED_RUN, f"the switch's playbook rc was {rc}, not 2 (a failed switch)"),
+        (gate.get("stage") == "fingerprint" and "differ" in str(gate.get("detail")),
+         f"green's gate did not fail at its fingerprint: {gate}"),
+        ([(w.get("model"), w.get("role"), w.get("stopped")) for w in wakes]
+         == [(args.green, "green", True)], f"failed_wakes is {wakes}"),
+        (blue.get("ok") and blue.get("fingerprint") == "matched",
+         f"blue's wake back was not checked by its fingerprint: {blue}"),
+        ("Rolled back" in str(res.get("msg")), f"the message says: {res.get('msg')}"),
+        (active_model(args.frontdoor) not in (None, args.green),
+         f"the front door's record names {active_model(args.frontdoor)!r}"),
+    ] if not ok]
+    return {"leg": "wrong-weights", "rc": rc, "msg": res.get("msg"), "green_health": gate,
+            "failed_wakes": wakes, "blue_health": blue, "missed": missed}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("leg", choices=("long-stream",))
+    parser.add_argument("leg", choices=("long-stream", "wrong-weights"))
     parser.add_argument("--inventory", required=True)
     parser.add_argument("--frontdoor", required=True, help="the host's front door URL")
     parser.add_argument("--green", required=True, help="the catalog name to switch to")
@@ -122,9 +149,9 @@ def main():
     parser.add_argument("--drain-timeout", type=float, default=1.0,
                         help="long-stream: the switch's drain deadline, seconds")
     args = parser.parse_args()
-    if not (args.blue_url and args.blue_name):
+    if args.leg == "long-stream" and not (args.blue_url and args.blue_name):
         parser.error("long-stream needs --blue-url and --blue-name")
-    out = long_stream(args)
+    out = long_stream(args) if args.leg == "long-stream" else wrong_weights(args)
     print(json.dumps(out, indent=1, default=str))
     for line in out["missed"]:
         print(f"MISSED: {line}", file=sys.stderr)

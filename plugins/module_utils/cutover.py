@@ -26,6 +26,7 @@ import time
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import fingerprint as prints
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import listener
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import record as records
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils import vllm_engine as engine
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.errors import FieldsError
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import (
     FrontDoorError,
@@ -80,7 +81,6 @@ SLEEP_ABORT_MODE = "abort"
 # what runs on the woken model to end (a straggler's request, answered once it woke), and
 # past it compares the token ids alone.
 FINGERPRINT_QUIET_S = 10.0
-ABORT_ROUTE = "/abort_requests"  # vLLM 0.32's rl/online router: `{}` aborts every request
 # Seconds one sleep or wake request may take (the lab: /sleep 0.03 s, /wake_up 0.1 s; on
 # paper 1.4 s for Kimi-K2.5 INT4 TP8 at level 1). A level-2 reload rereads the weights
 # and gets the unit's startup timeout.
@@ -94,7 +94,6 @@ SLEEP_POLL_S = 0.2
 # request of a warm return timed out after 120 s on a loaded 2-core host).
 STRAGGLER_WAKES = 2
 HTTP_OK = 200
-LEVEL_DISCARDS_WEIGHTS = 2
 # How often a sequential switch looks whether blue's GPU holders have exited (seconds).
 RELEASE_POLL_S = 0.02
 # How often it asks systemd whether blue's stop has ended (a stop that failed or timed out).
@@ -217,19 +216,6 @@ def plan(record, green, restart=False, green_state=None, link_now=None):
             return "restart"
         return "none"
     return "switch"
-
-
-def wake_steps(level):
-    """The requests that wake a model asleep at `level` (vLLM's dev-mode routes, 0.32):
-    level 1 copies the weights back from pinned host memory; level 2 discarded them, so
-    the weights' memory comes back, they are reread from disk, then the KV cache comes back
-    and the prefix cache (built on the old weights' memory) is reset."""
-    if level == LEVEL_DISCARDS_WEIGHTS:
-        return (("POST", "/wake_up?tags=weights", None),
-                ("POST", "/collective_rpc", {"method": "reload_weights"}),
-                ("POST", "/wake_up?tags=kv_cache", None),
-                ("POST", "/reset_prefix_cache", None))
-    return (("POST", "/wake_up", None),)
 
 
 def warm_refusal(settings, blue, green, action, strategy):
@@ -430,7 +416,7 @@ class Cutover:
     def _refuse_level_2(self, blue):
         """Level 2 as asked (a run whose tags skipped the plan): refused where a run or report
         showed blue's level-2 wake failing, as the plan refuses it."""
-        if blue and self.warm and self.settings.sleep_level == LEVEL_DISCARDS_WEIGHTS:
+        if blue and self.warm and self.settings.sleep_level == engine.LEVEL_DISCARDS_WEIGHTS:
             refused = refuse_level_2(recorded_model(blue))
             if refused:
                 raise CutoverError(refused)
@@ -797,7 +783,7 @@ class Cutover:
             return
         self.blue_aborted = max(int(drained.get("in_flight") or 0),
                                 int(drained.get("running") or 0) + int(drained.get("waiting") or 0))
-        got = self.host.request("POST", blue["url"] + ABORT_ROUTE, {}, 10.0)
+        got = self.host.request("POST", blue["url"] + engine.ABORT_REQUESTS, {}, 10.0)
         if got.status != HTTP_OK:
             self.blue_overdue = self.blue_aborted
             result["blue_abort_requests"] = f"{got.status or got.error} {got.body[:120]}".strip()
@@ -987,7 +973,7 @@ class Cutover:
         self.blue_main_pid = int(self._show(blue["unit"]).get("MainPID") or 0)
         start = self.host.clock()
         mode = SLEEP_PAUSE_MODE if self.blue_aborted is None else SLEEP_ABORT_MODE
-        path = f"/sleep?level={self.settings.sleep_level}&mode={mode}"
+        path = engine.sleep_path(self.settings.sleep_level, mode)
         for wakes in range(STRAGGLER_WAKES + 1):
             got = self.host.request("POST", blue["url"] + path, None, SLEEP_REQUEST_S)
             if got.status != HTTP_OK:
@@ -1034,7 +1020,7 @@ class Cutover:
 
     def _is_sleeping(self, svc):
         """GET /is_sleeping: True, False, or None (no answer that says)."""
-        got = self.host.request("GET", svc["url"] + "/is_sleeping", None, 10.0)
+        got = self.host.request("GET", svc["url"] + engine.IS_SLEEPING, None, 10.0)
         self.last_answer = f"{got.status} {got.body[:200]}" if got.status else got.error
         if got.status == HTTP_OK:
             with contextlib.suppress(ValueError, AttributeError):
@@ -1159,7 +1145,7 @@ class Cutover:
         start = self.host.clock()
         # A sleep that failed (or never came) left it awake: its gate alone says whether it
         # serves. Only one that says it sleeps gets the wake requests.
-        steps = wake_steps(level) if self._is_sleeping(svc) is not False else ()
+        steps = engine.wake_steps(level) if self._is_sleeping(svc) is not False else ()
         for method, path, payload in steps:
             timeout = (float(svc.get("startup_timeout_s") or SLEEP_REQUEST_S)
                        if path == "/collective_rpc" else SLEEP_REQUEST_S)

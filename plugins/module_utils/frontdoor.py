@@ -52,6 +52,7 @@ import re
 import time
 
 try:
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils import vllm_engine as engine
     from ansible_collections.vllm_fleet.fleet.plugins.module_utils.durable import write_atomic
     from ansible_collections.vllm_fleet.fleet.plugins.module_utils.errors import FieldsError
     from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import (
@@ -63,11 +64,16 @@ try:
         HoldRoom,
         HoldRoomError,
     )
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.vllm_engine import (
+        NEVER_FORWARDED,
+    )
 except ImportError:  # on the host: shipped beside the probe (it mends the front door)
+    import vllm_engine as engine  # type: ignore[no-redef]
     from durable import write_atomic  # type: ignore[no-redef]
     from errors import FieldsError  # type: ignore[no-redef]
     from health import metric_totals, urllib_request  # type: ignore[no-redef]
     from hold_room import DEFAULT_MAX_S, HoldRoom, HoldRoomError  # type: ignore[no-redef]
+    from vllm_engine import NEVER_FORWARDED  # type: ignore[no-redef]
 
 UPSTREAM_NAME = "vllm_active"
 # Answers in a row, each on a new connection, that must show a reload's new state before a
@@ -589,7 +595,7 @@ class FrontDoor:
             self.sleep(0.05)
 
 
-def parse_metrics(text, names=("vllm:num_requests_running", "vllm:num_requests_waiting")):
+def parse_metrics(text, names=(engine.RUNNING, engine.WAITING)):
     """Sum the named Prometheus gauges (over all label sets) from /metrics text."""
     totals = metric_totals(text)
     return {name: totals.get(name, 0.0) for name in names}
@@ -637,16 +643,16 @@ def drain(base_url, timeout_s, request=urllib_request, clock=time.monotonic, sle
     quiet = 0
     while True:
         held = pending() if pending else None
-        load = request("GET", base + "/load", timeout=5.0)
+        load = request("GET", base + engine.LOAD, timeout=5.0)
         in_flight = server_load(load.body) if load.status == HTTP_OK else None
-        res = request("GET", base + "/metrics", timeout=5.0)
+        res = request("GET", base + engine.METRICS, timeout=5.0)
         if res.status != HTTP_OK:
             return {"drained": True, "seconds": round(clock() - start, 3), "running": 0,
                     "waiting": 0, "in_flight": 0,
                     "note": f"/metrics answered {res.status or res.error}"}
         totals = parse_metrics(res.body)
-        running = int(totals["vllm:num_requests_running"])
-        waiting = int(totals["vllm:num_requests_waiting"])
+        running = int(totals[engine.RUNNING])
+        waiting = int(totals[engine.WAITING])
         outcome = {"drained": False, "seconds": round(clock() - start, 3), "running": running,
                    "waiting": waiting, "in_flight": in_flight}
         if pending:
@@ -661,24 +667,6 @@ def drain(base_url, timeout_s, request=urllib_request, clock=time.monotonic, sle
 
 # The paths the front door serves itself or always forwards: not for api_routes().
 FIXED_ROUTES = ("/health", "/metrics", "/metrics/vllm-fleet")
-# vLLM's routes that must never reach the model server through the front door: they
-# control the server (sleep, pause, weights, scaling, caches, profiling, adapters, fault
-# tolerance) or tell about its inside (server_info, weight_info, kv_event_sources, load).
-# Taken from the route list of vLLM 0.32.0's API server
-# (tests/fixtures/vllm_routes/vllm-0.32.0-cpu-routes.txt: its serve.dev, rl.online,
-# elastic_ep, profile, fault_tolerance, lora and scale_out routers). /invocations is
-# SageMaker's dispatcher: it calls other routes by what the body holds, past any allowlist.
-NEVER_FORWARDED = (
-    "/abort_requests", "/collective_rpc", "/fault_tolerance", "/finish_weight_update",
-    "/get_world_size", "/inference", "/init_weight_transfer_engine", "/invocations",
-    "/is_paused", "/is_scaling_elastic_ep", "/is_sleeping", "/kv_event_sources", "/load",
-    "/pause", "/release_kv_cache_memory", "/reset_encoder_cache", "/reset_mm_cache",
-    "/reset_prefix_cache", "/resume", "/scale_elastic_ep", "/server_info",
-    "/shutdown_weight_transfer_engine", "/sleep", "/start_draft_weight_update",
-    "/start_profile", "/start_weight_update", "/stop_profile", "/update_weight_version",
-    "/update_weights", "/v1/load_lora_adapter", "/v1/unload_lora_adapter", "/wake_up",
-    "/weight_checker", "/weight_info",
-)
 # A route as nginx's exact location and proxy_pass take it: no pattern, no dot segment,
 # no empty segment, no trailing slash, nothing nginx would decode.
 _ROUTE = re.compile(r"(/[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*)+")

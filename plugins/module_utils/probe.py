@@ -96,6 +96,7 @@ try:
         listener,
         replica_watch,
     )
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils import vllm_engine as engine
     from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import (
         check_once,
         metric_totals,
@@ -110,6 +111,7 @@ except ImportError:  # on the host: shipped beside health.py and switch_lock.py 
     import heal  # type: ignore[no-redef]
     import listener  # type: ignore[no-redef]
     import replica_watch  # type: ignore[no-redef]
+    import vllm_engine as engine  # type: ignore[no-redef]
     from health import check_once, metric_totals, urllib_request  # type: ignore[no-redef]
     from switch_lock import describe, in_progress  # type: ignore[no-redef]
 
@@ -133,11 +135,8 @@ SHOW = ("LoadState", "ActiveState", "SubState", "InvocationID", "ActiveEnterTime
 TRANSITIONS = ("activating", "deactivating", "reloading", "refreshing")
 # vLLM's monotone counters (vLLM 0.32's /metrics, summed over engines and label sets) and
 # what the journal calls them: any of them rising means the engine stepped. Not
-# vllm:request_success_total: it counts aborted requests too (finished_reason="abort").
-PROGRESS = (("vllm:iteration_tokens_total_count", "iterations"),
-            ("vllm:generation_tokens_total", "generation tokens"),
-            ("vllm:prompt_tokens_total", "prompt tokens"))
-RUNNING, WAITING = "vllm:num_requests_running", "vllm:num_requests_waiting"
+PROGRESS = engine.PROGRESS
+RUNNING, WAITING = engine.RUNNING, engine.WAITING
 METRICS_TIMEOUT_S = 10.0
 HTTP_OK = 200
 

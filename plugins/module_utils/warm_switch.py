@@ -43,6 +43,9 @@ import math
 from decimal import ROUND_FLOOR, Decimal
 
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import fit_overhead
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.vllm_engine import (
+    LEVEL_DISCARDS_WEIGHTS,
+)
 
 GIB = 1024**3
 KIB = 1024
@@ -716,7 +719,6 @@ def plan_pairs(names, entries, fits, fit_args, gpu_profile, settings=None):
 
 # -- the deploy's decision, on the host -------------------------------------------------
 SLEEP_LEVEL_SETTINGS = ("auto", "1", "2")
-LEVEL_DISCARDS_WEIGHTS = 2
 VLLM_VARIANTS = ("cuda", "cpu")  # vllm_install_variant's choices
 
 

@@ -11,7 +11,7 @@ tests/integration/test_balancer_access.py.
 import pathlib
 
 import yaml
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import NEVER_FORWARDED
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.vllm_engine import NEVER_FORWARDED
 
 ROLE = pathlib.Path(__file__).resolve().parents[2] / "roles" / "vllm_balancer"
 NEVER = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["__vllm_balancer_never_paths"]

@@ -103,3 +103,49 @@ def event(action, res, kind="runner_on_ok"):
 ])
 def test_the_stream_starts_with_the_switch_job(evt, started):
     assert warm_faults.switch_started(evt) is started
+
+
+# The switch's own result when the lab's sleeping tiny_gqa had other weights loaded into it
+# (reload_weights) and was switched to warm (`make lab`, 2026-12-07; trimmed to the keys
+# the leg reads): refused at its fingerprint, stopped, tiny_mla woken back.
+WRONG_WEIGHTS_RESULT = {
+    "msg": ("cutover to tiny_gqa failed: green tiny_gqa failed its health gate at "
+            "fingerprint: its fingerprint differs: 24 of 24 greedy tokens changed (position "
+            "before->now: #0 684->820, #1 557->904, #2 167->231, #3 15->932, #4 1012->988 and "
+            "19 more); its unit was stopped (a failed wake leaves no live process). Rolled "
+            "back: tiny_mla woke and is serving again."),
+    "green_health": {"ok": False, "stage": "fingerprint", "attempts": 1, "seconds": 0.07,
+                     "detail": "its fingerprint differs: 24 of 24 greedy tokens changed"},
+    "failed_wakes": [{"level": 1, "model": "tiny_gqa", "role": "green", "stopped": True,
+                      "unit": "vllm-tiny_gqa.service"}],
+    "blue_health": {"ok": True, "stage": "ok", "fingerprint": "matched", "attempts": 1},
+}
+
+
+def wrong_weights(monkeypatch, rc, result, active):
+    monkeypatch.setattr(warm_faults, "deploy", lambda *_args: (rc, result))
+    monkeypatch.setattr(warm_faults, "active_model", lambda _url: active)
+    args = type("Args", (), {"inventory": "inv", "green": "tiny_gqa",
+                             "frontdoor": "http://127.0.0.1:8000"})
+    return warm_faults.wrong_weights(args)["missed"]
+
+
+def test_a_refused_wake_meets_every_expectation(monkeypatch):
+    assert wrong_weights(monkeypatch, 2, WRONG_WEIGHTS_RESULT, "tiny_mla") == []
+
+
+def test_a_wake_that_was_let_through_misses_each_expectation(monkeypatch):
+    served = {"msg": "", "changed": True, "green_health": {"ok": True, "stage": "ok",
+                                                           "fingerprint": "matched"}}
+    missed = wrong_weights(monkeypatch, 0, served, "tiny_gqa")
+    assert [line.split(":")[0].split(" (")[0] for line in missed] == [
+        "the switch's playbook rc was 0, not 2", "green's gate did not fail at its fingerprint",
+        "failed_wakes is []", "blue's wake back was not checked by its fingerprint",
+        "the message says", "the front door's record names 'tiny_gqa'"]
+
+
+def test_green_put_back_to_sleep_is_a_miss(monkeypatch):
+    slept = dict(WRONG_WEIGHTS_RESULT, failed_wakes=[dict(
+        WRONG_WEIGHTS_RESULT["failed_wakes"][0], stopped=False)])
+    assert wrong_weights(monkeypatch, 2, slept, "tiny_mla") == [
+        f"failed_wakes is {slept['failed_wakes']}"]

@@ -12,9 +12,9 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.vllm_fleet.fleet.plugins.filter.frontdoor import FilterModule
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import (
     FIXED_ROUTES,
-    NEVER_FORWARDED,
     api_routes,
 )
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.vllm_engine import NEVER_FORWARDED
 from repo_paths import ROOT
 
 ROUTES = FilterModule().filters()["frontdoor_routes"]

