@@ -1,7 +1,8 @@
 # Copyright (c) 2026 vllm-fleet contributors
 # SPDX-License-Identifier: Apache-2.0
-"""Filters frontdoor_upstream, frontdoor_routes and model_states: the front door's upstream,
-allowlist and the record's models with their state."""
+"""Filters frontdoor_upstream, frontdoor_routes, never_forwarded and model_states: the front
+door's upstream, allowlist, the routes no proxy forwards and the record's models with their
+state."""
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.filters import module_util_filter
@@ -33,9 +34,24 @@ def _frontdoor_routes(routes):
         raise AnsibleFilterError(str(exc)) from exc
 
 
+def _never_forwarded(own):
+    """vLLM's routes no proxy forwards (module_utils/vllm_engine.py: NEVER_FORWARDED) with
+    `own`, the paths the proxy keeps for itself, added: one sorted list without repeats."""
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.vllm_engine import (
+        NEVER_FORWARDED,
+    )
+
+    if not isinstance(own, (list, tuple)) or not all(
+            isinstance(path, str) and path.startswith("/") for path in own):
+        raise AnsibleFilterError(
+            f"never_forwarded wants a list of paths such as /health, got {own!r}")
+    return sorted(set(NEVER_FORWARDED) | set(own))
+
+
 class FilterModule:
     """vllm_fleet.fleet front door filters."""
 
     def filters(self):
         return {"frontdoor_upstream": _frontdoor_upstream, "frontdoor_routes": _frontdoor_routes,
+                "never_forwarded": _never_forwarded,
                 "model_states": module_util_filter("model_states", "frontdoor")}

@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
-from haproxy_balancer import HAVE_HAPROXY, ROLE, balancer, check_config, write_config
+from ansible_collections.vllm_fleet.fleet.plugins.filter.frontdoor import FilterModule
+from haproxy_balancer import HAVE_HAPROXY, balancer, check_config, write_config
 from repo_paths import ROOT
 from test_balancer import (
     KEY,
@@ -522,10 +522,11 @@ def test_slow_headers_and_bodies_are_cut_and_a_slow_generation_is_not(tmp_path, 
 
 
 def test_the_never_forwarded_paths_are_vllms_control_and_dev_routes():
-    """vars/main.yml's list, against the fixture: every route of vLLM's control and dev
-    modules (weights and RL, sleep, RPC, caches, server info, profiling, elastic EP, fault
-    tolerance, LoRA loading, aborts) is on it, and nothing clients need."""
-    never = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["__vllm_balancer_never_paths"]
+    """The balancer's list (vars/main.yml: the never_forwarded filter), against the fixture:
+    every route of vLLM's control and dev modules (weights and RL, sleep, RPC, caches, server
+    info, profiling, elastic EP, fault tolerance, LoRA loading, aborts) is on it, and nothing
+    clients need."""
+    never = FilterModule().filters()["never_forwarded"](["/health", "/metrics"])
     control = re.compile(r"rl\.online|serve\.dev\.|elastic_ep|fault_tolerance|serve\.profile|"
                          r"serve\.lora|token_in_token_out\.api_router")
     wanted = {line.split()[1] for line in ROUTES.read_text().splitlines()
