@@ -21,7 +21,7 @@ it measured):
   check included); green starts at the share decide() gave; the warm return (green sleeps,
   blue wakes through Cutover._wake, its gate) is timed; more level-1 cycles of blue; greedy
   token ids and logprobs before and after every wake;
-  the product's level-2 wake sequence (cutover.wake_steps(2)) runs in it too, on the MLA and
+  the product's level-2 wake sequence (vllm_engine.wake_steps(2)) runs in it too, on the MLA and
   the MiniMax-M2 shapes;
 - shapes: the Qwen3-MoE shape of MiniMax-M2 and a Llama GQA shape: cold start (and a
   second start with torch.compile's cache kept), level-1 and level-2 sleep and wake.
@@ -55,6 +55,7 @@ import table  # noqa: E402
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import (  # noqa: E402
     cutover,
     listener,
+    vllm_engine,
     warm_switch,
 )
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import (  # noqa: E402
@@ -436,7 +437,7 @@ class Suite:
         sleep = self.post(svc, "/sleep?level=2&mode=wait")
         time.sleep(0.5)
         out.update(sleep_s=sleep["s"], sleep_status=sleep["status"],
-                   asleep=self.memory(svc), steps=[list(s[:2]) for s in cutover.wake_steps(2)])
+                   asleep=self.memory(svc), steps=[list(s[:2]) for s in vllm_engine.wake_steps(2)])
         start = time.monotonic()
         try:
             gate, woke_s = self.cut(svc, 2)._wake(svc, 2, "green",  # noqa: SLF001
