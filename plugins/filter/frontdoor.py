@@ -1,8 +1,8 @@
 # Copyright (c) 2026 vllm-fleet contributors
 # SPDX-License-Identifier: Apache-2.0
-"""Filters frontdoor_upstream, frontdoor_routes, never_forwarded and model_states: the front
-door's upstream, allowlist, the routes no proxy forwards and the record's models with their
-state."""
+"""Filters frontdoor_upstream, frontdoor_routes, never_forwarded, local_address and
+model_states: the front door's upstream, allowlist, the routes no proxy forwards, the address
+a listener is reached at from its own host, and the record's models with their state."""
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.filters import module_util_filter
@@ -54,4 +54,5 @@ class FilterModule:
     def filters(self):
         return {"frontdoor_upstream": _frontdoor_upstream, "frontdoor_routes": _frontdoor_routes,
                 "never_forwarded": _never_forwarded,
+                "local_address": module_util_filter("local_address", "listener"),
                 "model_states": module_util_filter("model_states", "frontdoor")}

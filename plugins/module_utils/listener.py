@@ -267,3 +267,17 @@ def url_endpoint(url):
     parts = urllib.parse.urlsplit(url)
     default = {"http": 80, "https": 443}.get(parts.scheme)
     return parts.hostname or "", parts.port or default
+
+
+# The addresses that bind every interface, as the roles' listen settings spell them.
+WILDCARDS = ("0.0.0.0", "::", "[::]", "*")  # noqa: S104 - matched, not bound
+
+
+def local_address(listen):
+    """The address a client on the same host reaches a listener bound to `listen` at:
+    loopback for a wildcard (0.0.0.0, ::, [::], *), else the address itself. The front
+    door's URL and the balancer's own URLs are built from it."""
+    if not isinstance(listen, str) or not listen:
+        raise ValueError(f"wanted a listen address such as 0.0.0.0 or 10.0.0.5, got {listen!r}")
+    return "127.0.0.1" if listen in WILDCARDS else listen
+

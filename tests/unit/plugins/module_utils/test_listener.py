@@ -294,3 +294,30 @@ def test_the_real_proc_says_nobody_on_a_closed_port():
         port = sock.getsockname()[1]
         found = listener.judge(listener.ProcFs(), port, "127.0.0.1", UNIT, lambda: GROUP)
     assert found.state == listener.NOBODY
+
+
+# -- the address a listener is reached at from its own host (issue 47: the rule had three
+#    Jinja copies: the front door's URL, the balancer's health and stats URLs) ---------------
+
+@pytest.mark.parametrize(("listen", "wanted"), [
+    ("0.0.0.0", "127.0.0.1"), ("::", "127.0.0.1"), ("[::]", "127.0.0.1"), ("*", "127.0.0.1"),  # noqa: S104
+    ("127.0.0.1", "127.0.0.1"), ("10.0.0.5", "10.0.0.5"), ("lb.example", "lb.example"),
+])
+def test_a_wildcard_is_reached_through_loopback_an_address_as_it_is(listen, wanted):
+    assert listener.local_address(listen) == wanted
+
+
+@pytest.mark.parametrize("listen", ["", None, 8000])
+def test_no_address_is_an_error_that_says_what_was_wanted(listen):
+    with pytest.raises(ValueError, match="wanted a listen address"):
+        listener.local_address(listen)
+
+
+def test_the_filter_is_the_function():
+    from ansible.errors import AnsibleFilterError
+    from ansible_collections.vllm_fleet.fleet.plugins.filter.frontdoor import FilterModule
+
+    local_address = FilterModule().filters()["local_address"]
+    assert local_address("0.0.0.0") == "127.0.0.1"  # noqa: S104 - a value, not a bind
+    with pytest.raises(AnsibleFilterError, match="local_address: wanted a listen address"):
+        local_address("")
