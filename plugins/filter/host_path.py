@@ -14,6 +14,7 @@ HOST_PATHS = {
     "rank_dir": ("replica_watch", "RANK_DIR"),
     "venv_lock": ("venv_facts", "LOCK_FILE"),
     "switch_lock": ("switch_lock", "LOCK_FILE"),
+    "frontdoor_own_key": ("frontdoor", "OWN_KEY_FILE"),
 }
 
 

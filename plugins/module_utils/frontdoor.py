@@ -76,6 +76,9 @@ except ImportError:  # on the host: shipped beside the probe (it mends the front
     from vllm_engine import NEVER_FORWARDED  # type: ignore[no-redef]
 
 UPSTREAM_NAME = "vllm_active"
+# The front door's own key (made once on the host, 0600, root): the cutover's settle check
+# and playbooks/status.yml ask with it (host_path 'frontdoor_own_key').
+OWN_KEY_FILE = "/etc/nginx/vllm-fleet/own.key"
 # Answers in a row, each on a new connection, that must show a reload's new state before a
 # switch (or the probe's repair) counts it done: for a moment after a reload an old worker
 # can still take a connection and answer the old way (FrontDoor._settle).

@@ -6,6 +6,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.vllm_fleet.fleet.plugins.filter.host_path import FilterModule
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import (
+    frontdoor,
     record,
     replica_watch,
     switch_lock,
@@ -20,14 +21,16 @@ def test_each_name_is_its_owners_constant():
     assert FILTERS["host_path"]("rank_dir") == replica_watch.RANK_DIR == "/run/vllm-fleet/ranks"
     assert FILTERS["host_path"]("switch_lock") == switch_lock.LOCK_FILE == (
         "/run/vllm-fleet/cutover.lock")
+    assert FILTERS["host_path"]("frontdoor_own_key") == frontdoor.OWN_KEY_FILE == (
+        "/etc/nginx/vllm-fleet/own.key")
 
 
 def test_an_unknown_name_is_refused_naming_the_known_ones():
     with pytest.raises(AnsibleFilterError) as caught:
         FILTERS["host_path"]("records")
     assert str(caught.value) == (
-        "host_path: no host path named 'records'; known: rank_dir, record, switch_lock, "
-        "venv_lock")
+        "host_path: no host path named 'records'; known: frontdoor_own_key, rank_dir, record, "
+        "switch_lock, venv_lock")
 
 
 def test_rank_file_is_replica_watchs():
