@@ -59,7 +59,7 @@ class FilterModule:
             "vllm_sleep_settings": module_util_filter("vllm_sleep_settings", "serve_args",
                                                       "sleep_settings"),
             **{name: module_util_filter(name, "serve_args")
-               for name in ("nvidia_device_nodes", "cache_environment",
+               for name in ("nvidia_device_nodes", "cache_environment", "unit_name",
                             "systemd_exec_line", "systemd_quote",
                             "systemd_word", "systemd_environment", "systemd_specifier_text")},
         }

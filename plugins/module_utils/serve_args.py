@@ -498,6 +498,12 @@ def _check_path(field, value):
     return text
 
 
+def unit_name(model):
+    """The systemd unit that serves catalog model `model`: vllm-<model>.service (the
+    vllm_service role writes it; the warm switch's plan and the cutover read it)."""
+    return f"vllm-{model}.service"
+
+
 def check_model_name(model, variable="vllm_service_model"):
     """The model's catalog name as text, or UnitValueError naming `variable`.
 
@@ -515,7 +521,7 @@ def check_model_name(model, variable="vllm_service_model"):
             f"{variable} must be at most {MODEL_NAME_MAX} characters, got {len(text)}: "
             f"{text[:MODEL_NAME_MAX]!r}...")
     if text.startswith(PRODUCT_UNIT_PREFIX):
-        unit = f"vllm-{text}.service"
+        unit = unit_name(text)
         same = " (that very unit)" if unit in PRODUCT_UNITS else ""
         raise UnitValueError(
             f"{variable} {text!r} would name its unit {unit}, among the product's own vllm-fleet-* "

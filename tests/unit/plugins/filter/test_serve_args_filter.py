@@ -14,8 +14,12 @@ def test_filter_names():
     assert sorted(FILTERS) == ["cache_environment",
                                "nvidia_device_nodes", "systemd_environment", "systemd_exec_line",
                                "systemd_quote", "systemd_specifier_text", "systemd_word",
-                               "vllm_request_check", "vllm_serve_argv", "vllm_sleep_settings",
+                               "unit_name", "vllm_request_check", "vllm_serve_argv", "vllm_sleep_settings",
                                "vllm_unit_check"]
+
+
+def test_a_models_unit_is_named_once():
+    assert FILTERS["unit_name"]("minimax_m25") == "vllm-minimax_m25.service"
 
 
 def test_the_request_check_filter_refuses_an_owned_value_naming_the_filter():
