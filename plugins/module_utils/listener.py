@@ -280,4 +280,3 @@ def local_address(listen):
     if not isinstance(listen, str) or not listen:
         raise ValueError(f"wanted a listen address such as 0.0.0.0 or 10.0.0.5, got {listen!r}")
     return "127.0.0.1" if listen in WILDCARDS else listen
-
