@@ -62,6 +62,7 @@ import re
 from decimal import Decimal
 
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import fit_overhead
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils import vllm_engine as engine
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.nvidia_smi import GpuFactsError
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.nvidia_smi import (
     parse_compute_capability as _parse_cc,
@@ -1007,7 +1008,7 @@ _SERVE_DEFAULTS = {
     "prefill_context_parallel_size": 1,
     "enable_expert_parallel": False,
     "max_model_len": None,
-    "gpu_memory_utilization": 0.9,
+    "gpu_memory_utilization": engine.DEFAULT_GPU_MEMORY_UTILIZATION,
     "kv_cache_dtype": "auto",
     "block_size": None,
     "max_num_batched_tokens": None,

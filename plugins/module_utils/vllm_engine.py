@@ -10,6 +10,9 @@ that renames one is a change here (and in the catalog). The values are vLLM 0.32
 and hold for 0.26.0 (the GPU suite's runs). Standard library only: shipped beside the probe.
 """
 
+# vLLM's own default share of each GPU (`--gpu-memory-utilization`) where the catalog sets none.
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+
 # Sleep levels (POST /sleep?level=N): level 1 offloads the weights to pinned host memory
 # and discards the KV cache; level 2 discards the weights too (a wake rereads them).
 LEVEL_KEEPS_WEIGHTS = 1

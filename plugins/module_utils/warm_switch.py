@@ -44,6 +44,7 @@ from decimal import ROUND_FLOOR, Decimal
 
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils import fit_overhead
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.vllm_engine import (
+    DEFAULT_GPU_MEMORY_UTILIZATION,
     LEVEL_DISCARDS_WEIGHTS,
 )
 
@@ -208,7 +209,8 @@ def served_model(name, entry, fit, mode):
         "pipeline_parallel_size": int(fit.get("pipeline_parallel_size")
                                       or serve.get("pipeline_parallel_size") or 1),
         "gpu_memory_utilization": float(fit.get("gpu_memory_utilization")
-                                        or serve.get("gpu_memory_utilization") or 0.9),
+                                        or serve.get("gpu_memory_utilization")
+                                        or DEFAULT_GPU_MEMORY_UTILIZATION),
         "weights_bytes_per_gpu": fit.get("weights_bytes_per_gpu"),
         "sized": bool(fit.get("sized", bool(fit))),
         "mla": any(spec.get("type") == "mla" for spec in fit.get("kv_layout_specs") or []),
@@ -751,7 +753,8 @@ def recorded_model(entry):
         "gpus": gpus, "gpus_needed": int(sizing.get("gpus_needed") or len(gpus)),
         "tensor_parallel_size": int(sizing.get("tensor_parallel_size") or max(1, len(gpus))),
         "pipeline_parallel_size": 1,
-        "gpu_memory_utilization": float(sizing.get("gpu_memory_utilization") or 0.9),
+        "gpu_memory_utilization": float(sizing.get("gpu_memory_utilization")
+                                        or DEFAULT_GPU_MEMORY_UTILIZATION),
         "weights_bytes_per_gpu": 0 if not gpus else weights,
         "sized": not gpus or weights not in (None, ""),
         "mla": bool(sizing.get("mla")),

@@ -14,8 +14,8 @@ def test_filter_names():
     assert sorted(FILTERS) == ["cache_environment",
                                "nvidia_device_nodes", "systemd_environment", "systemd_exec_line",
                                "systemd_quote", "systemd_specifier_text", "systemd_word",
-                               "unit_name", "vllm_request_check", "vllm_serve_argv", "vllm_sleep_settings",
-                               "vllm_unit_check"]
+                               "unit_name", "vllm_request_check", "vllm_serve_argv",
+                               "vllm_sleep_settings", "vllm_unit_check"]
 
 
 def test_a_models_unit_is_named_once():
