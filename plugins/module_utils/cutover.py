@@ -189,6 +189,13 @@ def point_link(path, target):
     return True
 
 
+def still_running(drain_outcome):
+    """How many requests a drain that timed out left on the model (frontdoor.drain's dict):
+    vLLM's /load count or its running and waiting gauges, whichever says more."""
+    return max(int(drain_outcome.get("in_flight") or 0),
+               int(drain_outcome.get("running") or 0) + int(drain_outcome.get("waiting") or 0))
+
+
 def revision_changed(green, link_now):
     """Whether green's unit would load another revision's folder than the one it points at now
     (the unit reads the model through a host-local link to one commit's folder)."""
@@ -781,8 +788,7 @@ class Cutover:
         drained = result.get("blue_drain") or {}
         if not drained or drained.get("drained"):
             return
-        self.blue_aborted = max(int(drained.get("in_flight") or 0),
-                                int(drained.get("running") or 0) + int(drained.get("waiting") or 0))
+        self.blue_aborted = still_running(drained)
         got = self.host.request("POST", blue["url"] + engine.ABORT_REQUESTS, {}, 10.0)
         if got.status != HTTP_OK:
             self.blue_overdue = self.blue_aborted
@@ -1185,8 +1191,7 @@ class Cutover:
             now = prints.take(svc["url"], svc["served_model_name"], self.host.request)
         except prints.FingerprintError as exc:
             return dict(gate, ok=False, stage="fingerprint", detail=exc.msg)
-        beside = (fingerprint.get("beside") or 0) if quiet["drained"] else max(
-            int(quiet.get("in_flight") or 0), int(quiet["running"]) + int(quiet["waiting"]))
+        beside = (fingerprint.get("beside") or 0) if quiet["drained"] else still_running(quiet)
         why = prints.differs(fingerprint, now, math.inf if beside else prints.LOGPROB_TOLERANCE)
         if why:
             return dict(gate, ok=False, stage="fingerprint", detail=why)

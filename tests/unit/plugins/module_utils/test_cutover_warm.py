@@ -832,3 +832,16 @@ def test_a_cold_switch_opens_no_room(tmp_path, port):
     assert answer is None
     assert "frontdoor_held" not in result
     assert not room.exists()
+
+
+@pytest.mark.parametrize(("outcome", "wanted"), [
+    ({"drained": False, "running": 1, "waiting": 0, "in_flight": 1}, 1),
+    # /load counts a stream's tail the engine's gauges have let go of
+    ({"drained": False, "running": 0, "waiting": 0, "in_flight": 2}, 2),
+    # a server without /load: its gauges alone
+    ({"drained": False, "running": 1, "waiting": 2, "in_flight": None}, 3),
+])
+def test_what_a_drain_left_running_is_the_larger_count(outcome, wanted):
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.cutover import still_running
+
+    assert still_running(outcome) == wanted
