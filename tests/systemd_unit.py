@@ -88,7 +88,7 @@ def role_vars(model):
     """The role's vars (its internal paths), the templated ones resolved for `model`."""
     found = {key: value for key, value in yaml.safe_load(_role_vars_text()).items()
              if not (isinstance(value, str) and "{{" in value)}
-    found["vllm_service_unit"] = FilterModule().filters()["unit_name"](model)
+    found["vllm_service_unit"] = FilterModule().filters()["unit_name"](model)  # record.unit_name
     return found
 
 

@@ -58,8 +58,9 @@ class FilterModule:
             "vllm_request_check": _vllm_request_check,
             "vllm_sleep_settings": module_util_filter("vllm_sleep_settings", "serve_args",
                                                       "sleep_settings"),
+            "unit_name": module_util_filter("unit_name", "record"),
             **{name: module_util_filter(name, "serve_args")
-               for name in ("nvidia_device_nodes", "cache_environment", "unit_name",
+               for name in ("nvidia_device_nodes", "cache_environment",
                             "systemd_exec_line", "systemd_quote",
                             "systemd_word", "systemd_environment", "systemd_specifier_text")},
         }

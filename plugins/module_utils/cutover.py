@@ -62,17 +62,17 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.warm_switch impor
 
 STRATEGIES = ("sequential", "parallel", "auto")
 SWITCH_MODES = ("cold", "warm")
-SLEEP_LEVELS = (1, 2)
+SLEEP_LEVELS = engine.SLEEP_LEVELS
 # How `/sleep` treats requests in flight (vLLM 0.32's PauseMode: abort, wait, keep): `wait`
 # lets them finish. The drain came first, so none should be left; one that slipped in
 # (a client on blue's own port) ends normally instead of being aborted (abort, vLLM's
 # default) or frozen until a wake that may never come (keep).
-SLEEP_PAUSE_MODE = "wait"
+SLEEP_PAUSE_MODE = engine.SLEEP_MODE_WAIT
 # ... and once the drain's deadline passed with requests still running: they are ended as a
 # cold stop ends them (issue 44, case 2). `wait` would hold /sleep until they end (a long
 # generation: past the request's bound, the scheduler paused meanwhile, blue asleep later
 # with no one to wake it); vllm #28714 shows why /sleep must not meet running requests.
-SLEEP_ABORT_MODE = "abort"
+SLEEP_ABORT_MODE = engine.SLEEP_MODE_ABORT
 # A fingerprint is one request's alone: vLLM is not batch-invariant by default
 # (docs.vllm.ai/en/v0.32.0/features/batch_invariance/), so a greedy request answered beside
 # others gets other logprobs than one answered alone, and a check would fail a sound wake.
@@ -1021,7 +1021,7 @@ class Cutover:
 
     def _queued(self, svc):
         """Requests vLLM's /load counts on a sleeping server (0 when it has no /load)."""
-        got = self.host.request("GET", svc["url"] + "/load", None, 5.0)
+        got = self.host.request("GET", svc["url"] + engine.LOAD, None, 5.0)
         return (server_load(got.body) or 0) if got.status == HTTP_OK else 0
 
     def _is_sleeping(self, svc):
@@ -1151,10 +1151,13 @@ class Cutover:
         start = self.host.clock()
         # A sleep that failed (or never came) left it awake: its gate alone says whether it
         # serves. Only one that says it sleeps gets the wake requests.
-        steps = engine.wake_steps(level) if self._is_sleeping(svc) is not False else ()
+        try:
+            steps = engine.wake_steps(level) if self._is_sleeping(svc) is not False else ()
+        except ValueError as exc:  # a record that says another level than vLLM has
+            raise CutoverError(f"{role} {svc['model']} cannot be woken: {exc}") from None
         for method, path, payload in steps:
             timeout = (float(svc.get("startup_timeout_s") or SLEEP_REQUEST_S)
-                       if path == "/collective_rpc" else SLEEP_REQUEST_S)
+                       if path == engine.COLLECTIVE_RPC else SLEEP_REQUEST_S)
             got = self.host.request(method, svc["url"] + path, payload, timeout)
             if got.status != HTTP_OK:
                 raise CutoverError(f"{role} {svc['model']} did not wake: {method} {path} "

@@ -61,9 +61,9 @@ RECORD_UNREADABLE = "record_unreadable"
 FRONTDOOR_DISAGREES = "frontdoor_disagrees"
 STALE_HOLD = "stale_hold"
 STALE_PRESWITCH = "stale_preswitch"
-# A model's unit is vllm-<model>.service (its owner: roles/vllm_service/vars/main.yml,
-# vllm_service_unit); the product's own units are vllm-fleet-*.
-UNIT_PREFIX, UNIT_SUFFIX, OWN_PREFIX = "vllm-", ".service", "vllm-fleet-"
+# A model's unit is vllm-<model>.service (its owner: record.unit_name); the product's own
+# units are vllm-fleet-*.
+UNIT_PREFIX, UNIT_SUFFIX, OWN_PREFIX = records.UNIT_PREFIX, records.UNIT_SUFFIX, "vllm-fleet-"
 # Who holds the switch lock while the probe mends (switch_lock.describe says it to a waiter).
 LOCK_HOLDER = "none (the probe mending the front door or the record)"
 UNREADABLE_SUFFIX = ".unreadable"
@@ -149,7 +149,7 @@ def rebuild_record(upstream_file, run_command, request, timeout):
         return records.empty(), found  # nothing serves: the record says so
     if upstream is None or upstream["state"] != SERVING or not upstream["model"]:
         return None, found
-    unit = UNIT_PREFIX + upstream["model"] + UNIT_SUFFIX
+    unit = records.unit_name(upstream["model"])
     if units != [unit]:
         return None, found + f" (wanted {unit} alone)"
     url = f"http://{upstream['host']}:{upstream['port']}"

@@ -267,7 +267,7 @@ def _unit_skip(unit, props, error, state):
 def read_progress(url, request, timeout):
     """(reading, error): vLLM's running and waiting requests and its progress counters from
     url/metrics; reading is None (and error says why) when they cannot be read."""
-    res = request("GET", url.rstrip("/") + "/metrics", timeout=timeout)
+    res = request("GET", url.rstrip("/") + engine.METRICS, timeout=timeout)
     if res.status != HTTP_OK:
         return None, f"/metrics answered {res.error or f'HTTP {res.status}'}"
     totals = metric_totals(res.body)

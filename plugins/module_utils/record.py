@@ -24,6 +24,15 @@ HISTORY = 10
 # Where the record lives: its one owner (vllm_cutover's state_file default; the roles
 # read it through the host_path filter).
 RECORD_FILE = "/etc/ansible/facts.d/vllm_fleet.fact"
+# A model's unit is vllm-<model>.service: the vllm_service role writes it (vllm_service_unit,
+# through the unit_name filter), the record names it, the probe finds model units by it.
+UNIT_PREFIX = "vllm-"
+UNIT_SUFFIX = ".service"
+
+
+def unit_name(model):
+    """The systemd unit that serves catalog model `model`: vllm-<model>.service."""
+    return f"{UNIT_PREFIX}{model}{UNIT_SUFFIX}"
 
 
 class RecordError(Exception):

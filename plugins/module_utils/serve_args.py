@@ -32,6 +32,8 @@ src/shared/conf-parser.c, src/basic/extract-word.c):
 import json
 import re
 
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.record import unit_name
+
 MAX_PORT = 65535
 # Characters that mean nothing to systemd in a word: such a word needs no quotes.
 _PLAIN = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
@@ -496,12 +498,6 @@ def _check_path(field, value):
     if not text.startswith("/"):
         raise UnitValueError(f"{field} must be an absolute path, got {text!r}")
     return text
-
-
-def unit_name(model):
-    """The systemd unit that serves catalog model `model`: vllm-<model>.service (the
-    vllm_service role writes it; the warm switch's plan and the cutover read it)."""
-    return f"vllm-{model}.service"
 
 
 def check_model_name(model, variable="vllm_service_model"):

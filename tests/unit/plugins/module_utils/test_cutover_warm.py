@@ -845,3 +845,16 @@ def test_what_a_drain_left_running_is_the_larger_count(outcome, wanted):
     from ansible_collections.vllm_fleet.fleet.plugins.module_utils.cutover import still_running
 
     assert still_running(outcome) == wanted
+
+
+def test_a_sleeper_recorded_at_a_level_vllm_does_not_have_is_stopped_not_woken(tmp_path, port):
+    world = World(tmp_path, port, green_asleep=1)
+    record = world.saved()
+    record["sleeping"][0]["level"] = 3  # hand-edited, or written by another tool
+    record_mod.write(str(world.state_file), record)
+    exc = world.fail()
+    assert "green green cannot be woken: wanted a sleep level in (1, 2), got 3" in exc.msg
+    assert exc.msg.endswith("Rolled back: blue woke and is serving again.")
+    assert ("stop", G) in world.host.state_calls()  # never left alive, unchecked
+    wake = world.green["url"] + "/wake_up"
+    assert not [url for _m, url in world.host.http if url.startswith(wake)]
