@@ -512,12 +512,8 @@ def paper_rows(catalog, profiles, target=TARGET_PROFILE, cold=None):
     """A row per CUDA model of `catalog` on hardware profile `target`: its fit's weights per
     GPU (model_fit, the entry as served there by catalog_profile) and the paper wake."""
     sys.path.insert(0, str(ROOT / "collections"))
-    from ansible_collections.vllm_fleet.fleet.plugins.module_utils import (
-        catalog_profile as cp,
-    )
-    from ansible_collections.vllm_fleet.fleet.plugins.module_utils import (
-        model_fit as mf,
-    )
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.fit import catalog_profile as cp
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.fit import model_fit as mf
 
     cold = COLD_LOAD if cold is None else cold
     gpu = profiles[target]

@@ -27,7 +27,9 @@ sys.path.insert(0, str(ROOT / "collections"))
 sys.path.insert(0, str(ROOT / "lab"))
 
 import hub_server  # noqa: E402
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import hf_download  # noqa: E402
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.download import (  # noqa: E402
+    hf_download,
+)
 
 REPO = "bench/one-gb"
 

@@ -25,7 +25,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "collections"))
 
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import model_fit as mf  # noqa: E402
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.fit import (  # noqa: E402
+    model_fit as mf,
+)
 
 LOGS = ROOT / "tests" / "fixtures" / "vllm_startup_logs"
 OUTPUT = ROOT / "bench" / "output" / "fit.txt"

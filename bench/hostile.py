@@ -4,8 +4,8 @@
 
 Each class is a set of values put where a catalog entry, an inventory or a vault
 puts them, and an expectation:
-- refuse: the request phase's check (module_utils/serve_args.py check_request,
-  check_model_name; module_utils/api_keys.py api_key_problems) must refuse it;
+- refuse: the request phase's check (module_utils/engine/serve_args.py check_request,
+  check_model_name; module_utils/frontdoor/api_keys.py api_key_problems) must refuse it;
 - a config.json number the fit reads (issue 45 case 6): each field of the shipped
   MiniMax-M2.5 and Kimi-K2.5 configs set to a hostile value must make the fit
   say "cannot size" naming the field (refuse); the same number spelt as an
@@ -34,14 +34,7 @@ sys.path.insert(0, str(ROOT / "collections"))
 sys.path.insert(0, str(ROOT / "tests"))
 
 # The repo's own checks and systemd reader (after the paths above).
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.api_keys import (  # noqa: E402
-    api_key_problems,
-)
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.model_fit import (  # noqa: E402
-    CONFIG_NUMBERS,
-    size_model,
-)
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.serve_args import (  # noqa: E402
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.engine.serve_args import (  # noqa: E402
     PRODUCT_ENV,
     PRODUCT_OPTIONS,
     PRODUCT_UNITS,
@@ -51,6 +44,13 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.serve_args import
     systemd_environment,
     systemd_exec_line,
     vllm_serve_argv,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.fit.model_fit import (  # noqa: E402
+    CONFIG_NUMBERS,
+    size_model,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor.api_keys import (  # noqa: E402
+    api_key_problems,
 )
 from systemd_unit import exec_argv, words  # noqa: E402
 

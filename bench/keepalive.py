@@ -5,7 +5,7 @@
 vLLM's HTTP server closes an idle connection after 5 s (VLLM_HTTP_TIMEOUT_KEEP_ALIVE);
 nginx keeps idle upstream connections for reuse. A request nginx sends on a kept
 connection just as the server closes it fails (a 503 to the client). The front door's
-upstream drops idle connections at half the server's timeout (module_utils/frontdoor.py);
+upstream drops idle connections at half the server's timeout (module_utils/frontdoor/frontdoor.py);
 this bench checks that on the running lab: `--threads` clients each send requests with
 gaps cycling through `--gaps` (seconds, around 5), so nginx's kept connections are
 reused at every idle age around the server's timeout. Each request is a small

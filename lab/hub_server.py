@@ -7,7 +7,7 @@ as plain directories, ``<root>/<org>/<name>/<files...>``, with just enough of
 the Hub's HTTP API for huggingface_hub 2.4 (snapshot_download,
 hf_hub_download, model_info(files_metadata=True), list_repo_tree,
 get_paths_info, HfApi.verify_repo_checksums) and for our own byte-range
-downloader (plugins/module_utils/hf_download.py):
+downloader (plugins/module_utils/download/hf_download.py):
 
   GET  /api/models/{repo}[/revision/{rev}][?blobs=true]
   GET  /api/models/{repo}/tree/{rev}[/{path}][?recursive=true]

@@ -6,7 +6,7 @@
     python scripts/venv_lock.py requirements/dev.txt            # exit 1 naming each package off
     python scripts/venv_lock.py requirements/dev.txt --extras   # the installed names the lock lacks
 
-The comparison is the product's own (plugins/module_utils/python_lock.py: the
+The comparison is the product's own (plugins/module_utils/engine/python_lock.py: the
 hosts' vLLM virtualenvs are checked against their locks with the same code).
 """
 
@@ -21,7 +21,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 def _python_lock():
     # Loaded by path: the collection is not installed into the project's venv.
-    path = ROOT / "plugins" / "module_utils" / "python_lock.py"
+    path = ROOT / "plugins" / "module_utils" / "engine" / "python_lock.py"
     spec = importlib.util.spec_from_file_location("vllm_fleet_python_lock", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

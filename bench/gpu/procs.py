@@ -3,7 +3,7 @@
 """The GPU suite's host: vLLM processes in place of systemd units, and its readers.
 
 ProcessHost answers the few systemctl and journalctl calls the product's switch makes
-(plugins/module_utils/units.py's Systemd, unit_pids) from processes it starts itself, so
+(plugins/module_utils/switch/units.py's Systemd, unit_pids) from processes it starts itself, so
 the product's own Cutover steps and UnitGate drive real `vllm serve` processes on a GPU
 host without systemd:
 

@@ -52,17 +52,19 @@ sys.path.insert(0, str(ROOT / "collections"))
 import procs  # noqa: E402
 import shapes  # noqa: E402
 import table  # noqa: E402
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import (  # noqa: E402
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.engine import (  # noqa: E402
+    vllm_engine,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.engine.health import (  # noqa: E402
+    urllib_request,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch import (  # noqa: E402
     cutover,
     listener,
-    vllm_engine,
     warm_switch,
 )
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import (  # noqa: E402
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch import (  # noqa: E402
     fingerprint as prints,
-)
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import (  # noqa: E402
-    urllib_request,
 )
 
 GIB = 1024**3
@@ -93,8 +95,13 @@ SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
             "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 PROMPT = "The quick brown fox jumps over the lazy dog. Tensor parallel splits"
 FINGERPRINT_TOKENS = 24
-CATALOG_SHARE = 0.9
+# The share a catalog entry serves at when it names none: vLLM's default, as the product has it.
+CATALOG_SHARE = vllm_engine.DEFAULT_GPU_MEMORY_UTILIZATION
 MAX_MODEL_LEN = 4096
+# vLLM's routes, as the product spells them (engine/vllm_engine.py).
+SLEEP_1 = vllm_engine.sleep_path(1, vllm_engine.SLEEP_MODE_WAIT)
+SLEEP_2 = vllm_engine.sleep_path(2, vllm_engine.SLEEP_MODE_WAIT)
+((_, WAKE_1, _),) = vllm_engine.wake_steps(1)
 STARTUP_TIMEOUT_S = 400
 LEVEL2_RELOAD_TIMEOUT_S = 120
 # The product's post-sleep check polls for SLEEP_CONFIRM_S (30 s) before it fails; here
@@ -384,10 +391,10 @@ class Suite:
         # later level-1 cycles of blue (green asleep beside it)
         cycles = []
         for _cycle in range(2):
-            sleep = self.post(blue, "/sleep?level=1&mode=wait")
+            sleep = self.post(blue, SLEEP_1)
             time.sleep(0.5)
             mem = self.memory(blue)
-            wake = self.post(blue, "/wake_up")
+            wake = self.post(blue, WAKE_1)
             first = self.complete(blue)
             cycles.append({"sleep_s": sleep["s"], "sleep_status": sleep["status"],
                            "residual_bytes": mem["gpu_bytes"], "locked_bytes":
@@ -412,10 +419,10 @@ class Suite:
     def level2_pair(self, blue, green, g0, f0):
         """Level 2 with the product's wake sequence: the MLA green, then the MiniMax blue."""
         l2 = self.result["level2"]
-        self.post(blue, "/sleep?level=1&mode=wait")
+        self.post(blue, SLEEP_1)
         l2["deepseek_v3_mla"] = self.level2(green, g0, wake_first=True)
         self.host.stop(green["unit"])
-        self.post(blue, "/wake_up")
+        self.post(blue, WAKE_1)
         l2["minimax_m2"] = self.level2(blue, f0)
         self.host.stop(blue["unit"])
         self.save()
@@ -427,14 +434,14 @@ class Suite:
         # weights from the page cache takes seconds, and a hung one must not eat the run.
         svc = dict(svc, startup_timeout_s=LEVEL2_RELOAD_TIMEOUT_S)
         if wake_first:
-            out["wake_level1"] = self.post(svc, "/wake_up")
+            out["wake_level1"] = self.post(svc, WAKE_1)
         # the product's fingerprint before the sleep, which its wake checks (issue 44)
         try:
             before = prints.take(svc["url"], svc["served_model_name"], self.chost.request)
         except prints.FingerprintError as exc:
             before = None
             out["fingerprint_error"] = exc.msg
-        sleep = self.post(svc, "/sleep?level=2&mode=wait")
+        sleep = self.post(svc, SLEEP_2)
         time.sleep(0.5)
         out.update(sleep_s=sleep["s"], sleep_status=sleep["status"],
                    asleep=self.memory(svc), steps=[list(s[:2]) for s in vllm_engine.wake_steps(2)])
@@ -473,10 +480,10 @@ class Suite:
                 continue
             f0 = self.complete(svc)
             before = meminfo()
-            first = self.post(svc, "/sleep?level=1&mode=wait")
+            first = self.post(svc, SLEEP_1)
             time.sleep(0.5)
             mem = self.memory(svc)
-            wake = self.post(svc, "/wake_up")
+            wake = self.post(svc, WAKE_1)
             f1 = self.complete(svc)
             out["level1"] = {"first_sleep_s": first["s"], "residual_bytes": mem["gpu_bytes"],
                              "host_ram_drop_bytes": before - mem["mem_available"],

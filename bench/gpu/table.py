@@ -241,9 +241,7 @@ def _product():
     collections = str(RUNS.parents[2] / "collections")
     if collections not in sys.path:
         sys.path.insert(0, collections)
-    from ansible_collections.vllm_fleet.fleet.plugins.module_utils import (
-        warm_switch,
-    )
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch import warm_switch
 
     spec = importlib.util.spec_from_file_location("bench_cutover",
                                                   RUNS.parents[1] / "cutover.py")

@@ -12,7 +12,7 @@ import time
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.progress import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.common.progress import (
     LINES,
     progress_line,
 )

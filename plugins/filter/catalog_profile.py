@@ -8,7 +8,7 @@ from ansible.errors import AnsibleFilterError
 
 
 def _catalog_profile(entry, compute_capability=None, profile=None):
-    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.catalog_profile import (
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.fit.catalog_profile import (
         CatalogProfileError,
         catalog_profile,
     )

@@ -11,11 +11,13 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.filters import mo
 
 
 def _frontdoor_upstream(port=None, model=None, host="127.0.0.1"):
-    """The same text vllm_cutover writes (module_utils/frontdoor.py: upstream_conf).
+    """The same text vllm_cutover writes (module_utils/frontdoor/frontdoor.py: upstream_conf).
 
     Without a port the front door is idle (no model deployed), not switching.
     """
-    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import upstream_conf
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor.frontdoor import (
+        upstream_conf,
+    )
 
     try:
         return upstream_conf(None if port in (None, "") else int(port), host=host, model=model,
@@ -25,8 +27,10 @@ def _frontdoor_upstream(port=None, model=None, host="127.0.0.1"):
 
 
 def _frontdoor_routes(routes):
-    """vllm_frontdoor_api_routes, checked (module_utils/frontdoor.py: api_routes)."""
-    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import api_routes
+    """vllm_frontdoor_api_routes, checked (module_utils/frontdoor/frontdoor.py: api_routes)."""
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor.frontdoor import (
+        api_routes,
+    )
 
     try:
         return api_routes(routes)
@@ -35,9 +39,9 @@ def _frontdoor_routes(routes):
 
 
 def _never_forwarded(own):
-    """vLLM's routes no proxy forwards (module_utils/vllm_engine.py: NEVER_FORWARDED) with
+    """vLLM's routes no proxy forwards (module_utils/engine/vllm_engine.py: NEVER_FORWARDED) with
     `own`, the paths the proxy keeps for itself, added: one sorted list without repeats."""
-    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.vllm_engine import (
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.engine.vllm_engine import (
         NEVER_FORWARDED,
     )
 
@@ -54,5 +58,5 @@ class FilterModule:
     def filters(self):
         return {"frontdoor_upstream": _frontdoor_upstream, "frontdoor_routes": _frontdoor_routes,
                 "never_forwarded": _never_forwarded,
-                "local_address": module_util_filter("local_address", "listener"),
-                "model_states": module_util_filter("model_states", "frontdoor")}
+                "local_address": module_util_filter("local_address", "switch.listener"),
+                "model_states": module_util_filter("model_states", "frontdoor.frontdoor")}

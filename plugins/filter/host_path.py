@@ -7,14 +7,15 @@ import importlib
 from ansible.errors import AnsibleFilterError
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.filters import MODULE_UTILS
 
-# name -> (module_utils module, its constant): the code that reads and writes the path owns it;
+# name -> (module_utils module, dotted below module_utils, its constant): the code that
+# reads and writes the path owns it;
 # templates and role vars ask it here instead of writing the path again.
 HOST_PATHS = {
-    "record": ("record", "RECORD_FILE"),
-    "rank_dir": ("replica_watch", "RANK_DIR"),
-    "venv_lock": ("venv_facts", "LOCK_FILE"),
-    "switch_lock": ("switch_lock", "LOCK_FILE"),
-    "frontdoor_own_key": ("frontdoor", "OWN_KEY_FILE"),
+    "record": ("common.record", "RECORD_FILE"),
+    "rank_dir": ("fleet.replica_watch", "RANK_DIR"),
+    "venv_lock": ("engine.venv_facts", "LOCK_FILE"),
+    "switch_lock": ("switch.switch_lock", "LOCK_FILE"),
+    "frontdoor_own_key": ("frontdoor.frontdoor", "OWN_KEY_FILE"),
 }
 
 
@@ -30,7 +31,7 @@ def host_path(name):
 
 def replica_rank_file(model):
     """'tiny_gqa' -> '/run/vllm-fleet/ranks/tiny_gqa.json' (replica_watch.rank_file)."""
-    return importlib.import_module(f"{MODULE_UTILS}.replica_watch").rank_file(model)
+    return importlib.import_module(f"{MODULE_UTILS}.fleet.replica_watch").rank_file(model)
 
 
 class FilterModule:

@@ -10,7 +10,7 @@ from ansible.errors import AnsibleFilterError
 
 
 def _model_fit(config, **kwargs):
-    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.model_fit import (
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.fit.model_fit import (
         ModelFitError,
         model_fit,
     )
@@ -22,13 +22,13 @@ def _model_fit(config, **kwargs):
 
 
 def _model_sizing(config, **kwargs):
-    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.model_fit import size_model
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.fit.model_fit import size_model
 
     return size_model(config, **kwargs)
 
 
 def _model_fit_gpu(gpu_facts):
-    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.model_fit import (
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.fit.model_fit import (
         ModelFitError,
         gpu_from_facts,
     )
@@ -40,7 +40,7 @@ def _model_fit_gpu(gpu_facts):
 
 
 def _model_fit_table(fits, names=None, title=None):
-    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.model_fit import render_table
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.fit.model_fit import render_table
 
     try:
         return render_table(fits, names, title)
@@ -49,8 +49,10 @@ def _model_fit_table(fits, names=None, title=None):
 
 
 def _warm_switch_plan(fits, names, entries, fit_args, gpu_profile, settings=None):
-    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.model_fit import ModelFitError
-    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.warm_switch import (
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.fit.model_fit import (
+        ModelFitError,
+    )
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch.warm_switch import (
         WarmSwitchError,
         plan_pairs,
     )

@@ -17,7 +17,7 @@ EFI_VAR_HEADER = 4  # efivarfs files start with the variable's 4-byte attributes
 
 def nvidia_default_flavour(capabilities):
     """['12.0', ...] -> 'open'; ['7.0'] -> 'proprietary'; [] -> 'open'."""
-    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.kernel_module import (
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu.kernel_module import (
         default_flavour,
     )
 
@@ -27,7 +27,7 @@ def nvidia_default_flavour(capabilities):
 
 def nvidia_allowed_flavours(capabilities):
     """Flavours every GPU in the list can run: ['12.0', '9.0'] -> ['open']."""
-    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.kernel_module import (
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu.kernel_module import (
         allowed_flavours,
     )
 
@@ -39,8 +39,12 @@ def nvidia_allowed_flavours(capabilities):
 
 def nvidia_fabric_warnings(gpu_facts, gpus, tensor_parallel_size=1):
     """Warnings (each with its fix) for a model on `gpus` at this tensor parallel size."""
-    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_fabric import fabric_warnings
-    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.nvidia_smi import GpuFactsError
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu.gpu_fabric import (
+        fabric_warnings,
+    )
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu.nvidia_smi import (
+        GpuFactsError,
+    )
 
     try:
         return fabric_warnings(gpu_facts, gpus, tensor_parallel_size)
@@ -50,7 +54,7 @@ def nvidia_fabric_warnings(gpu_facts, gpus, tensor_parallel_size=1):
 
 def nvidia_unexplained_memory(gpu_facts, gpus, threshold_bytes):
     """GPUs among `gpus` holding more memory than their visible processes, above the threshold."""
-    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_memory import (
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu.gpu_memory import (
         unexplained_memory,
     )
 
@@ -147,7 +151,7 @@ def nvidia_driver_choice(installed, wanted, branch, madison_text=None, package="
     installed: the installed kernel module package's version ('' for none); madison_text:
     `apt-cache madison PACKAGE` output (None: not read).
     """
-    from ansible_collections.vllm_fleet.fleet.plugins.module_utils import driver_version
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu import driver_version
 
     try:
         offered = (
@@ -160,7 +164,7 @@ def nvidia_driver_choice(installed, wanted, branch, madison_text=None, package="
 
 def nvidia_deb_version_cmp(a, b):
     """-1, 0 or 1 as Debian version a sorts before, equal to or after b (dpkg's order)."""
-    from ansible_collections.vllm_fleet.fleet.plugins.module_utils import driver_version
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu import driver_version
 
     try:
         return driver_version.compare(a, b)
@@ -170,7 +174,9 @@ def nvidia_deb_version_cmp(a, b):
 
 def nvidia_not_answering(gpu_facts):
     """Why nvidia-smi does not answer, in GPU counts ('' when it answers)."""
-    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_facts import not_answering
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu.gpu_facts import (
+        not_answering,
+    )
 
     return not_answering(gpu_facts or {})
 

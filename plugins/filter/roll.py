@@ -1,6 +1,6 @@
 # Copyright (c) 2026 vllm-fleet contributors
 # SPDX-License-Identifier: Apache-2.0
-"""Filters for the controller's decisions in a roll (module_utils/roll.py), and host_facts,
+"""Filters for the controller's decisions in a roll (module_utils/fleet/roll.py), and host_facts,
 which reads what they decide from out of hostvars as plain data."""
 
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.filters import module_util_filter
@@ -35,6 +35,6 @@ class FilterModule:
     """vllm_fleet.fleet roll filters."""
 
     def filters(self):
-        filters = {name: module_util_filter(name, "roll") for name in DECISIONS}
+        filters = {name: module_util_filter(name, "fleet.roll") for name in DECISIONS}
         filters["host_facts"] = host_facts
         return filters

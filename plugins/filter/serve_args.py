@@ -1,6 +1,6 @@
 # Copyright (c) 2026 vllm-fleet contributors
 # SPDX-License-Identifier: Apache-2.0
-"""Filters for a model's `vllm serve` line and unit values (module_utils/serve_args.py)."""
+"""Filters for a model's `vllm serve` line and unit values (module_utils/engine/serve_args.py)."""
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.filters import module_util_filter
@@ -9,12 +9,12 @@ from ansible_collections.vllm_fleet.fleet.plugins.plugin_utils.filters import mo
 def _vllm_serve_argv(entry, vllm_bin, model_dir, host="127.0.0.1", model=None, alias="",
                      node=None, switch_mode="cold"):
     # Imported at the first call (why: plugins/plugin_utils/filters.py).
-    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.multinode import (
-        node_serve_args,
-    )
-    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.serve_args import (
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.engine.serve_args import (
         sleep_settings,
         vllm_serve_argv,
+    )
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.fleet.multinode import (
+        node_serve_args,
     )
 
     try:
@@ -36,8 +36,8 @@ def _vllm_serve_argv(entry, vllm_bin, model_dir, host="127.0.0.1", model=None, a
         raise AnsibleFilterError(f"vllm_serve_argv: {exc}") from exc
 
 
-_check_unit_inputs = module_util_filter("vllm_unit_check", "serve_args", "check_unit_inputs")
-_check_request = module_util_filter("vllm_request_check", "serve_args", "check_request")
+_check_unit_inputs = module_util_filter("vllm_unit_check", "engine.serve_args", "check_unit_inputs")
+_check_request = module_util_filter("vllm_request_check", "engine.serve_args", "check_request")
 
 
 def _vllm_unit_check(entry, model, settings=None):
@@ -56,10 +56,10 @@ class FilterModule:
             "vllm_serve_argv": _vllm_serve_argv,
             "vllm_unit_check": _vllm_unit_check,
             "vllm_request_check": _vllm_request_check,
-            "vllm_sleep_settings": module_util_filter("vllm_sleep_settings", "serve_args",
+            "vllm_sleep_settings": module_util_filter("vllm_sleep_settings", "engine.serve_args",
                                                       "sleep_settings"),
-            "unit_name": module_util_filter("unit_name", "record"),
-            **{name: module_util_filter(name, "serve_args")
+            "unit_name": module_util_filter("unit_name", "common.record"),
+            **{name: module_util_filter(name, "engine.serve_args")
                for name in ("nvidia_device_nodes", "cache_environment",
                             "systemd_exec_line", "systemd_quote",
                             "systemd_word", "systemd_environment", "systemd_specifier_text")},

@@ -1,9 +1,12 @@
 # Copyright (c) 2026 vllm-fleet contributors
 # SPDX-License-Identifier: Apache-2.0
-"""Filter volume_stagers: one stager per shared models volume (module_utils/models_volume.py)."""
+"""Filter volume_stagers: one stager per shared models volume.
+
+The rule is module_utils/download/models_volume.py's.
+"""
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.models_volume import stagers
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.download.models_volume import stagers
 
 
 def volume_stagers(batch, hostvars, varname, default=""):

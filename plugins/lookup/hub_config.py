@@ -75,7 +75,7 @@ import sys
 
 from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.hub_config import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.fit.hub_config import (
     fetch_model_configs,
 )
 

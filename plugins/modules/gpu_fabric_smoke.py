@@ -128,13 +128,13 @@ torch_version:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_memory import memory_snapshot
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_smoke import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu.gpu_memory import memory_snapshot
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu.gpu_smoke import (
     SmokeError,
     run_smoke,
     skip_reason,
 )
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.nvidia_smi import GpuFactsError
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu.nvidia_smi import GpuFactsError
 
 
 def _free_memory(module, facts):

@@ -282,12 +282,12 @@ import os
 import sys
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_host import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu.gpu_host import (
     FixtureHost,
     LiveHost,
     gather,
 )
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.nvidia_smi import GpuFactsError
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu.nvidia_smi import GpuFactsError
 
 
 def main():

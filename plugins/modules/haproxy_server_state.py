@@ -59,7 +59,7 @@ servers:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.haproxy_state import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.fleet.haproxy_state import (
     StateError,
     save,
 )

@@ -356,7 +356,7 @@ disk:
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.hf_download import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.download.hf_download import (
     DownloadError,
     HfDownloader,
 )

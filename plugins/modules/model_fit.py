@@ -89,7 +89,7 @@ options:
     description:
       - Memory per GPU that is neither weights nor KV cache (activations, CUDA graphs, NCCL,
         driver reserve), bytes. Without it the overhead is modelled from the GPU, the layout
-        and config.json, term by term (module_utils/fit_overhead.py, derived from public vLLM
+        and config.json, term by term (module_utils/fit/fit_overhead.py, derived from public vLLM
         start-up logs); RV(fit.overhead_terms) shows the terms either way.
     type: int
   available_kv_bytes:
@@ -251,7 +251,7 @@ fit:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.model_fit import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.fit.model_fit import (
     ModelFitError,
     model_fit,
     weight_bytes_from_files,

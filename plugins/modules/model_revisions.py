@@ -151,18 +151,18 @@ reference_revisions:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.common import record as records
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.download import (
     models_volume,
     volume_refs,
 )
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import record as records
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.hf_download import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.download.hf_download import (
     LEASE_NAME,
     STATE_DIR,
     DownloadError,
     check_state_dir,
 )
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.revisions import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.download.revisions import (
     RevisionsError,
     prune,
     prune_on_volume,
@@ -170,7 +170,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.revisions import 
 
 
 def _on_volume(module):
-    """Retention across the hosts of the shared volume (module_utils/revisions.py)."""
+    """Retention across the hosts of the shared volume (module_utils/download/revisions.py)."""
     p = module.params
     record = records.load(p["record_file"])
     volume = {"models_root": p["models_root"], "repo_id": p["repo_id"], "host": p["host"],

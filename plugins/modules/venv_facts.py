@@ -98,7 +98,7 @@ lock_drift:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.venv_facts import venv_facts
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.engine.venv_facts import venv_facts
 
 
 def main():

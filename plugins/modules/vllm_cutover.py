@@ -195,7 +195,7 @@ options:
       hold_socket:
         description:
           - The front door's waiting room, a Unix socket this module listens on during a warm
-            switch (module_utils/hold_room.py). While the warm file exists nginx sends each
+            switch (module_utils/frontdoor/hold_room.py). While the warm file exists nginx sends each
             request the hold meets there and keeps its body; when the switch points the front
             door at a model (green, or blue after a rollback) the room tells nginx to send the
             held requests to it. Omit for none (a warm hold answers 503 at once, as a cold
@@ -588,23 +588,20 @@ blue_health:
 import json
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import (
-    gpu_host,
-    gpu_memory,
-    replica_cutover,
-    switch_lock,
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.common import record as records
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.common.durable import write_atomic
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.fleet import replica_cutover
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor.frontdoor import (
+    SETTLE_CONFIRMATIONS,
+    FrontDoor,
 )
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import record as records
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.cutover import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu import gpu_host, gpu_memory
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch import switch_lock
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch.cutover import (
     Cutover,
     CutoverError,
     Host,
     Settings,
-)
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.durable import write_atomic
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import (
-    SETTLE_CONFIRMATIONS,
-    FrontDoor,
 )
 
 

@@ -79,7 +79,7 @@ options:
         only where a GPU run showed its level-2 wake working beside a sleeper, as a warm
         switch wakes it (its architecture, unquantized,
         on the exact vLLM version its deployment record's C(vllm_version) names - the
-        allow-list C(LEVEL_2_WORKS) in C(plugins/module_utils/warm_switch.py),
+        allow-list C(LEVEL_2_WORKS) in C(plugins/module_utils/switch/warm_switch.py),
         docs/warm-switch.md), else a cold switch whose reason names the runs there are.
         V(1) - level 1, or a cold switch when it does not fit. V(2) - level 2, its reason
         saying unverified for a model off the allow-list; refused (the module fails,
@@ -168,6 +168,13 @@ warm_plan:
       description: The catalog's C(gpu_memory_utilization) (fraction).
       type: float
       sample: 0.92
+    unit_serve:
+      description:
+        - The serve options green's unit takes from the plan over its catalog entry's
+          (C(vllm_model) merges them as they are) - C(gpu_memory_utilization) where
+          RV(warm_plan.share) is not RV(warm_plan.catalog_share), else empty.
+      type: dict
+      sample: {gpu_memory_utilization: 0.9013}
     green_wakes:
       description: Green sleeps from an earlier switch and wakes instead of starting.
       type: bool
@@ -205,9 +212,10 @@ warm_plan:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import gpu_host, warm_switch
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import record as records
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.units import unit_pids
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.common import record as records
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu import gpu_host
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch import warm_switch
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch.units import unit_pids
 
 
 def plan(p, run_command, host):

@@ -12,6 +12,8 @@ MODULE_UTILS = "ansible_collections.vllm_fleet.fleet.plugins.module_utils"
 def module_util_filter(name, module, func=None):
     """Filter `name`: the function `func` (default: `name`) of module_utils/<module>.py.
 
+    `module` is dotted below module_utils: "common.record" for module_utils/common/record.py.
+
     The module is imported at the filter's first call, not when the filter file is
     loaded: to resolve any one filter of a collection, Ansible loads every filter file
     of the collection in each task's worker process and compiles what they import from
@@ -30,5 +32,5 @@ def module_util_filter(name, module, func=None):
             raise AnsibleFilterError(f"{name}: {exc}") from exc
 
     run.__name__ = name
-    run.__doc__ = f"Filter {name}: module_utils/{module}.py's {func or name}."
+    run.__doc__ = f"Filter {name}: module_utils/{module.replace('.', '/')}.py's {func or name}."
     return run

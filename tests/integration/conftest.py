@@ -167,7 +167,7 @@ def hub(_hub_session):
 @pytest.fixture
 def download(hub):
     """Run HfDownloader against the test server with fast backoff; returns the result dict."""
-    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.hf_download import (
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.download.hf_download import (
         HfDownloader,
     )
 

@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import haproxy_state
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.fleet import haproxy_state
 from ansible_collections.vllm_fleet.fleet.plugins.modules import haproxy_server_state
 from haproxy_balancer import HAVE_HAPROXY, balancer
 from test_balancer import FrontDoor, call, chat, settings, status_of, wait_for

@@ -32,8 +32,8 @@ for a in "$@"; do case "$a" in
 esac; done
 exit 0
 """
-# The record the cutover writes (plugins/module_utils/record.py; the probe reads
-# active.url and active.startup_timeout_s, plugins/module_utils/probe.py): Kimi INT4's
+# The record the cutover writes (plugins/module_utils/common/record.py; the probe reads
+# active.url and active.startup_timeout_s, plugins/module_utils/watch/probe.py): Kimi INT4's
 # 36-minute start (issue 33).
 GPUS = FIXTURES / "gpu" / "synthetic-rtxpro6000x8-pcie"
 ALL_STEPS = ["1/5 drain", "2/5 change", "3/5 reboot", "4/5 GPU check", "5/5 back in"]

@@ -4,7 +4,7 @@
 
 playbooks/driver.yml reboots a host through roles/nvidia_driver/tasks/host.yml. Before the
 fix it took no lock, so it could cut another operator's switch mid-way. Now a block takes the
-cutover's lock (the flock of plugins/module_utils/switch_lock.py) through a transient unit
+cutover's lock (the flock of plugins/module_utils/switch/switch_lock.py) through a transient unit
 that holds it until the host goes down, waits until the lock file names the reboot, and only
 then reboots. This machine runs no systemd: the test runs the task's own command after
 systemd-run's `--` (flock, the holder's shell) as the unit would, rendered from the role's
@@ -21,7 +21,7 @@ import jinja2
 import pytest
 import yaml
 from ansible.plugins.filter.core import quote
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import switch_lock
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch import switch_lock
 from repo_paths import ROOT
 
 ROLE = ROOT / "roles" / "nvidia_driver"

@@ -24,8 +24,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import yaml
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.api_keys import api_key_problems
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor.api_keys import (
+    api_key_problems,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor.frontdoor import (
     FrontDoor,
     FrontDoorError,
     record_metrics,
@@ -208,7 +210,7 @@ def test_the_keys_file_is_the_keys_and_the_own_key_and_nothing_else(tmp_path, ba
 ])
 def test_the_roles_key_rule_refuses_what_could_change_the_map(key):
     """The role checks every key, its own read back included, with the api_key_problems
-    filter (module_utils/api_keys.py: the rule's one owner)."""
+    filter (module_utils/frontdoor/api_keys.py: the rule's one owner)."""
     assert api_key_problems([key], "vllm_frontdoor_api_keys") != []
 
 

@@ -32,7 +32,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import yaml
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor.frontdoor import (
     FrontDoor,
     drain,
     upstream_conf,

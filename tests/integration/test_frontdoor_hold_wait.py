@@ -3,7 +3,7 @@
 """Issue 44, case 6: clients wait through a warm switch instead of failing.
 
 Real nginx (Debian's 1.22, the role's own server block) and the cutover's FrontDoor with its
-waiting room (module_utils/hold_room.py). Before: every request the hold met was answered
+waiting room (module_utils/frontdoor/hold_room.py). Before: every request the hold met was answered
 503 + Retry-After (the lab's warm return: 8-20 of ~850 failed). Now a warm hold keeps the
 request (nginx keeps its body), and the switch's end sends it to the model that serves
 after it: green, or blue after a rollback, over a reload whose old workers still carry the
@@ -19,7 +19,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor.frontdoor import (
     FrontDoor,
     upstream_conf,
 )

@@ -30,7 +30,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import yaml
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import upstream_conf
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor.frontdoor import (
+    upstream_conf,
+)
 from nginx_frontdoor import HAVE_NGINX, ROLE, front_door
 
 IDLE_TIMEOUT_S = 1.0  # the backend's keep-alive

@@ -23,7 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import yaml
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor.frontdoor import (
     PRESWITCH_SUFFIX,
     SETTLE_CONFIRMATIONS,
     FrontDoor,

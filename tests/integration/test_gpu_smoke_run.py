@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import gpu_smoke as sm
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu import gpu_smoke as sm
 
 
 def test_real_script_all_reduces_on_cpu_with_gloo():

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Issue 12, case 9: download edges that once survived a deliberate break of the code.
 
-Each test here fails when the guard it names is removed from module_utils/hf_download.py:
+Each test here fails when the guard it names is removed from module_utils/download/hf_download.py:
 a 200 answer to a Range request appended to the partial, a body longer than the Hub lists,
 and the size check at the end of the run. The server is lab/hub_server.py with its
 `ignore_range` and `extra_bytes` faults.
@@ -16,8 +16,8 @@ import pytest
 
 pytest.importorskip("huggingface_hub")
 
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import hf_download
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.hf_download import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.download import hf_download
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.download.hf_download import (
     DownloadError,
 )
 

@@ -12,8 +12,8 @@ import pytest
 
 pytest.importorskip("huggingface_hub")
 
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import hf_download
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.hf_download import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.download import hf_download
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.download.hf_download import (
     DownloadError,
 )
 

@@ -17,7 +17,7 @@ import pytest
 
 pytest.importorskip("huggingface_hub")
 
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.hf_download import CHUNK
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.download.hf_download import CHUNK
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 BIG = "org/big"
@@ -25,7 +25,9 @@ SHARD = "model.safetensors"
 
 RUNNER = """
 import json, sys
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.hf_download import HfDownloader
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.download.hf_download import (
+    HfDownloader,
+)
 r = HfDownloader(repo_id=sys.argv[1], local_dir=sys.argv[2], endpoint=sys.argv[3],
                  margin_bytes=0, backoff=0.01).run()
 print(json.dumps({k: r[k] for k in ("bytes_downloaded", "bytes_partial", "revision")}))

@@ -15,7 +15,7 @@ import errno
 import os
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.hf_download import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.download.hf_download import (
     VOLUME_STATE,
 )
 

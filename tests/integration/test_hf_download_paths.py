@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("huggingface_hub")
 
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.hf_download import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.download.hf_download import (
     DownloadError,
     unsafe_repo_path,
 )

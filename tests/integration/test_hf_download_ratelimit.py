@@ -19,12 +19,12 @@ import pytest
 
 pytest.importorskip("huggingface_hub")
 
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import hf_download
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.hf_download import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.common.progress import progress_line
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.download import hf_download
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.download.hf_download import (
     PARTIAL_DIR,
     DownloadError,
 )
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.progress import progress_line
 
 SMALL = "org/small"
 SHARD1 = "model-00001-of-00002.safetensors"

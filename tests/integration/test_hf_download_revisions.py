@@ -12,8 +12,10 @@ stays whole until retention removes it, and only what the tool wrote.
 import json
 import os
 
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.hf_download import MANIFEST_NAME
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.revisions import prune
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.download.hf_download import (
+    MANIFEST_NAME,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.download.revisions import prune
 from huggingface_hub import HfApi
 
 REPO = "org/revs"

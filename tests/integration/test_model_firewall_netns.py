@@ -37,7 +37,7 @@ import textwrap
 import jinja2
 import pytest
 from ansible.plugins.filter.core import FilterModule as CoreFilters
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.multinode import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.fleet.multinode import (
     replica_firewall,
     replica_plan,
 )

@@ -22,8 +22,8 @@ import sys
 import threading
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import hf_download
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.hf_download import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.download import hf_download
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.download.hf_download import (
     MANIFEST_NAME,
     DownloadError,
 )

@@ -18,7 +18,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.revisions import prune_on_volume
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.download.revisions import (
+    prune_on_volume,
+)
 from repo_paths import ROOT
 
 SMALL = "org/small"

@@ -22,11 +22,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import probe
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor.frontdoor import (
     PRESWITCH_SUFFIX,
     upstream_conf,
 )
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.watch import probe
 from nginx_frontdoor import HAVE_NGINX, NGINX, nginx, render, role_vars
 from ports import free_port
 

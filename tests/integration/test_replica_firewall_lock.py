@@ -5,7 +5,7 @@
 roles/vllm_service/tasks/firewall.yml removes the replica's firewall from a host that serves
 no replica any more; stopping that unit stops the ranks bound to it (BindsTo=), so it is a
 model stop, and before the fix it ran beside another operator's switch. Now flock(1) holds
-the cutover's lock (plugins/module_utils/switch_lock.py) while systemctl stops and disables
+the cutover's lock (plugins/module_utils/switch/switch_lock.py) while systemctl stops and disables
 the unit. This machine runs no systemd: the task's own argv, rendered from the role's
 defaults and vars with a lock file in tmp_path, runs with `systemctl` on PATH replaced by a
 script that writes down its arguments and the lock's holder at that moment (what a switch
@@ -21,7 +21,7 @@ import jinja2
 import yaml
 from ansible.plugins.filter.core import quote
 from ansible_collections.vllm_fleet.fleet.plugins.filter.host_path import host_path
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import switch_lock
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch import switch_lock
 from repo_paths import ROOT
 
 ROLE = ROOT / "roles" / "vllm_service"

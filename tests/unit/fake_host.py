@@ -53,7 +53,7 @@ import struct
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import HttpResult
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.engine.health import HttpResult
 
 CONN_REFUSED = "[Errno 111] Connection refused"
 WALL_EPOCH = 1_800_000_000.0  # 2027-01-15T08:00:00+00:00

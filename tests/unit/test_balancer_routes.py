@@ -5,7 +5,7 @@
 A new-user trial found the balancer's list shorter: /invocations, /load and
 /kv_event_sources (and paths under any listed route) passed its preflight while the
 front door refused them. The balancer's list now comes from the front door's owner
-(module_utils/vllm_engine.py: NEVER_FORWARDED) through the never_forwarded filter; the
+(module_utils/engine/vllm_engine.py: NEVER_FORWARDED) through the never_forwarded filter; the
 preflight itself runs against real HAProxy in tests/integration/test_balancer_access.py.
 """
 
@@ -15,7 +15,9 @@ import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
 from ansible_collections.vllm_fleet.fleet.plugins.filter.frontdoor import FilterModule
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.vllm_engine import NEVER_FORWARDED
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.engine.vllm_engine import (
+    NEVER_FORWARDED,
+)
 
 ROLE = pathlib.Path(__file__).resolve().parents[2] / "roles" / "vllm_balancer"
 NEVER_FORWARDED_FILTER = FilterModule().filters()["never_forwarded"]

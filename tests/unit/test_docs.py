@@ -287,7 +287,7 @@ def test_the_owner_check_reads_each_kind_of_file():
     yml = _resolve("vllm_model/vars/main.yml")
     assert "__vllm_model_catalog" in _defined(yml)
     assert "gpu_facts" in _defined(_resolve("vllm_model/tasks/preflight.yml"))
-    assert "upstream_conf" in _defined(_resolve("module_utils/frontdoor.py"))
+    assert "upstream_conf" in _defined(_resolve("module_utils/frontdoor/frontdoor.py"))
     assert "no_such_value" not in _defined(yml)
     assert _owner("`a/b.yml` (`x`, `y`; prose)") == ("a/b.yml", ["x", "y"])
     assert _owner("one `gpu_facts` call in `t/p.yml`") == ("t/p.yml", [])

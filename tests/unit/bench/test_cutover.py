@@ -14,7 +14,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import ClassVar
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import frontdoor as frontdoor_mod
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import (
+    frontdoor as frontdoor_mod,
+)
 from repo_paths import ROOT
 
 spec = importlib.util.spec_from_file_location("bench_cutover", ROOT / "bench" / "cutover.py")
@@ -167,7 +169,8 @@ def record_door():
 
 
 def test_the_active_model_is_read_from_the_record_the_front_door_publishes(record_door):
-    # The text the cutover publishes (plugins/module_utils/frontdoor.py), not one made here.
+    # The text the cutover publishes (plugins/module_utils/frontdoor/frontdoor.py), not one
+    # made here.
     Record.status = 200
     Record.text = frontdoor_mod.record_metrics({"active": {
         "model": "tiny_gqa", "served_model_name": "tiny-gqa", "repo_id": "vllm-fleet-lab/tiny-gqa",

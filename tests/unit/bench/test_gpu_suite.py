@@ -164,7 +164,7 @@ def test_the_issue_43_rows_are_what_the_documented_command_gives_from_every_comm
 def test_the_issue_43_rows_measured_cells_are_the_runs_and_the_now_cells_the_products():
     """Each measured figure is the JSON's (the largest residual, the fastest wake, the failed
     level-2 wake); each 'now' the product's own constant or decide()."""
-    from ansible_collections.vllm_fleet.fleet.plugins.module_utils import warm_switch as ws
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch import warm_switch as ws
 
     runs = table.committed_runs()
     _lines, rows = _rows()

@@ -12,7 +12,7 @@ import importlib.util
 import tomllib
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import python_lock as pl
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.engine import python_lock as pl
 from packaging.requirements import Requirement
 from repo_paths import ROOT
 

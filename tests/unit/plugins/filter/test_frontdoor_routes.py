@@ -10,11 +10,13 @@ import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
 from ansible_collections.vllm_fleet.fleet.plugins.filter.frontdoor import FilterModule
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.engine.vllm_engine import (
+    NEVER_FORWARDED,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor.frontdoor import (
     FIXED_ROUTES,
     api_routes,
 )
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.vllm_engine import NEVER_FORWARDED
 from repo_paths import ROOT
 
 ROUTES = FilterModule().filters()["frontdoor_routes"]

@@ -5,12 +5,10 @@
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.vllm_fleet.fleet.plugins.filter.host_path import FilterModule
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import (
-    frontdoor,
-    record,
-    replica_watch,
-    switch_lock,
-)
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.common import record
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.fleet import replica_watch
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import frontdoor
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch import switch_lock
 
 FILTERS = FilterModule().filters()
 

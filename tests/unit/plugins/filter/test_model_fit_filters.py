@@ -33,7 +33,7 @@ def test_model_fit_filter_options_are_documented():
     documented = set(doc["DOCUMENTATION"]["options"]) - {"_input"}
     import inspect
 
-    from ansible_collections.vllm_fleet.fleet.plugins.module_utils import model_fit as mf
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.fit import model_fit as mf
     accepted = set(inspect.signature(mf.model_fit).parameters) - {"config"}
     assert documented == accepted
 

@@ -15,7 +15,7 @@ from ansible_collections.vllm_fleet.fleet.plugins.filter.nvidia import (
     nvidia_secure_boot_state,
     nvidia_unexplained_memory,
 )
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_host import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu.gpu_host import (
     collect_from_fixture,
 )
 from repo_paths import FIXTURES, ROOT

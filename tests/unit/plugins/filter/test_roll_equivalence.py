@@ -3,7 +3,7 @@
 """The roll's decisions as filters give what their Jinja gave, rendered by Ansible's Templar.
 
 roles/vllm_model/vars/main.yml held the roll's and the replica switch's decisions as Jinja
-until issue 31 moved them to module_utils/roll.py. Its old text is a fixture
+until issue 31 moved them to module_utils/fleet/roll.py. Its old text is a fixture
 (tests/fixtures/roles/vllm_model_vars_main.e3ac45b.yml); each decision is rendered from it
 and from today's vars/main.yml over the same hosts' facts, and the two must be equal. The
 worlds below reach every branch of the old Jinja; test_roll.py states the values themselves.

@@ -125,7 +125,7 @@ def test_unit_check_returns_the_entry_for_the_template():
 def test_the_entry_load_format_and_a_profile_override_reach_exec_start():
     """The unit's ExecStart= gets --load-format from the entry as served on the GPU
     (catalog_profile merges a profile's load_format over the entry's)."""
-    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.catalog_profile import (
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.fit.catalog_profile import (
         catalog_profile,
     )
 

@@ -5,7 +5,7 @@
 import jinja2
 import pytest
 import yaml
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.api_keys import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor.api_keys import (
     api_key_problems,
     check_api_keys,
 )

@@ -13,9 +13,15 @@ import json
 import socket
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import record as record_mod
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import units as units_mod
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.cutover import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.common import record as record_mod
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor.frontdoor import (
+    FrontDoor,
+    record_metrics,
+    upstream_conf,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu.nvidia_smi import GpuFactsError
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch import units as units_mod
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch.cutover import (
     Cutover,
     CutoverError,
     Host,
@@ -25,12 +31,6 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.cutover import (
     resolve_strategy,
     unit_pids,
 )
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import (
-    FrontDoor,
-    record_metrics,
-    upstream_conf,
-)
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.nvidia_smi import GpuFactsError
 
 from unit.fake_host import CRASH, FakeHost
 

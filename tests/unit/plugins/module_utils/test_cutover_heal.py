@@ -7,8 +7,8 @@ acts on units and removed after, also on failure (fake host: unit/fake_host.py).
 import json
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import record as record_mod
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.cutover import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.common import record as record_mod
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch.cutover import (
     Cutover,
     CutoverError,
     Host,

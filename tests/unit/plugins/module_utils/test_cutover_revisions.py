@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import record as record_mod
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.cutover import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.common import record as record_mod
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch.cutover import (
     Cutover,
     CutoverError,
     Host,

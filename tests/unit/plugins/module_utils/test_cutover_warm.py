@@ -16,19 +16,19 @@ import threading
 import time
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import fingerprint as prints
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import record as record_mod
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.cutover import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.common import record as record_mod
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.engine.vllm_engine import wake_steps
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor.frontdoor import (
+    FrontDoor,
+    upstream_conf,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch import fingerprint as prints
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch.cutover import (
     Cutover,
     CutoverError,
     Host,
     Settings,
 )
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import (
-    FrontDoor,
-    upstream_conf,
-)
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.vllm_engine import wake_steps
 
 from unit.fake_host import CRASH, HEALTHY, ZERO_TOKENS, FakeHost
 
@@ -842,7 +842,9 @@ def test_a_cold_switch_opens_no_room(tmp_path, port):
     ({"drained": False, "running": 1, "waiting": 2, "in_flight": None}, 3),
 ])
 def test_what_a_drain_left_running_is_the_larger_count(outcome, wanted):
-    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.cutover import still_running
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch.cutover import (
+        still_running,
+    )
 
     assert still_running(outcome) == wanted
 

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 from types import SimpleNamespace
 
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import disk_space
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.download import disk_space
 
 GIB = 1024**3
 

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import driver_version as dv
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu import driver_version as dv
 
 PAIRS = [
     ("580.95.05-1", "580.105.08-1"),  # 95 < 105: numeric, not text, order

@@ -14,13 +14,10 @@ import os
 import stat
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import (
-    durable,
-    hf_download,
-    probe,
-    record,
-    replica_watch,
-)
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.common import durable, record
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.download import hf_download
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.fleet import replica_watch
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.watch import probe
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 # Copyright (c) 2026 vllm-fleet contributors
 # SPDX-License-Identifier: Apache-2.0
-"""Issue 47 item 3: the error with fields has one home (module_utils/errors.py).
+"""Issue 47 item 3: the error with fields has one home (module_utils/common/errors.py).
 
 Each concern's error is a FieldsError under its own name and import path: `msg` and str()
 are the message, `fields` the result keys for fail_json, and any extra a class had stays.
@@ -9,15 +9,14 @@ are the message, `fields` the result keys for fail_json, and any extra a class h
 from pathlib import Path
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.common import errors
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.download import hf_download
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.fleet import haproxy_state
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import frontdoor, hold_room
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu import gpu_smoke
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch import (
     cutover,
-    errors,
     fingerprint,
-    frontdoor,
-    gpu_smoke,
-    haproxy_state,
-    hf_download,
-    hold_room,
     switch_lock,
     units,
 )

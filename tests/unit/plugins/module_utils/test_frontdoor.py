@@ -16,8 +16,11 @@ import yaml
 from ansible_collections.vllm_fleet.fleet.plugins.filter.frontdoor import (
     FilterModule as FrontdoorFilters,
 )
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import frontdoor as frontdoor_mod
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.engine.health import HttpResult
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import (
+    frontdoor as frontdoor_mod,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor.frontdoor import (
     FrontDoor,
     FrontDoorError,
     drain,
@@ -25,7 +28,6 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import 
     upstream_conf,
     write_atomic,
 )
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import HttpResult
 from repo_paths import FIXTURES
 
 from unit.fake_host import CONN_REFUSED, FRONTDOOR_503, NGINX_CONF, FakeHost

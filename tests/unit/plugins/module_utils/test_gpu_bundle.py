@@ -15,10 +15,10 @@ gpu_facts says so, as it must.
 import shutil
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import gpu_fabric as fab
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import gpu_readers as rd
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import nvidia_smi as smi
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_host import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu import gpu_fabric as fab
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu import gpu_readers as rd
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu import nvidia_smi as smi
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu.gpu_host import (
     collect_from_fixture,
 )
 from ansible_collections.vllm_fleet.fleet.plugins.modules import gpu_facts

@@ -7,9 +7,9 @@ same run; the role's verify mode and the fabric smoke test said what they should
 import json
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import gpu_fabric as fab
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import gpu_smoke as sm
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_host import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu import gpu_fabric as fab
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu import gpu_smoke as sm
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu.gpu_host import (
     collect_from_fixture,
 )
 from repo_paths import FIXTURES

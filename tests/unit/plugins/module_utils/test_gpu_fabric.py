@@ -8,11 +8,11 @@ nvidia-smi outputs (public/SOURCE.md). The 8x RTX PRO 6000 PCIe host is syntheti
 """
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import gpu_fabric as fab
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_host import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu import gpu_fabric as fab
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu.gpu_host import (
     collect_from_fixture,
 )
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.nvidia_smi import GpuFactsError
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu.nvidia_smi import GpuFactsError
 from repo_paths import FIXTURES
 
 GPU = FIXTURES / "gpu"

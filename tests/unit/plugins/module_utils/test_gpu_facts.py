@@ -6,10 +6,10 @@ GPUs, driver/userspace skew, device nodes, CUDA initialisation (tests/fixtures/g
 import json
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import gpu_facts as gf
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import gpu_readers as rd
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import nvidia_smi as smi
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_host import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu import gpu_facts as gf
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu import gpu_readers as rd
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu import nvidia_smi as smi
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu.gpu_host import (
     collect_from_fixture,
 )
 from repo_paths import FIXTURES

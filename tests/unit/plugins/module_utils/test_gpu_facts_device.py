@@ -5,9 +5,9 @@ equals what the parsers make here of the raw outputs captured in the same run.""
 
 import json
 
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import gpu_readers as rd
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import nvidia_smi as smi
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_host import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu import gpu_readers as rd
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu import nvidia_smi as smi
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu.gpu_host import (
     collect_from_fixture,
 )
 from repo_paths import FIXTURES

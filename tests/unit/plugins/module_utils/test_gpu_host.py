@@ -6,8 +6,8 @@ tree in tmp_path from the real 2x H200 capture (h200x2-nvlink-p2p/SOURCE.md)."""
 
 import json
 
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import gpu_fabric as fab
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import gpu_host as gh
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu import gpu_fabric as fab
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu import gpu_host as gh
 from ansible_collections.vllm_fleet.fleet.plugins.modules import vllm_cutover
 from repo_paths import FIXTURES
 

@@ -3,10 +3,10 @@
 """gpu_memory: memory in use that no visible process explains (the LXC case), read afresh."""
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import gpu_facts as gf
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import gpu_memory as mem
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import nvidia_smi as smi
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_host import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu import gpu_facts as gf
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu import gpu_memory as mem
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu import nvidia_smi as smi
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu.gpu_host import (
     collect_from_fixture,
 )
 from repo_paths import FIXTURES

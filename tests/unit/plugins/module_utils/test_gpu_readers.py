@@ -3,8 +3,8 @@
 """gpu_readers: the PCI listing, /proc/driver/nvidia/gpus, /dev nodes and the CUDA check."""
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import gpu_readers as rd
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import nvidia_smi as smi
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu import gpu_readers as rd
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu import nvidia_smi as smi
 from repo_paths import FIXTURES
 
 GPU = FIXTURES / "gpu"

@@ -9,7 +9,7 @@ import json
 import sys
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import gpu_smoke as sm
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu import gpu_smoke as sm
 
 GIB = 1024**3
 

@@ -7,7 +7,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.engine.health import (
     HttpResult,
     check_once,
     urllib_request,

@@ -1,6 +1,6 @@
 # Copyright (c) 2026 vllm-fleet contributors
 # SPDX-License-Identifier: Apache-2.0
-"""Pure parts of module_utils/hf_download.py (no server)."""
+"""Pure parts of module_utils/download/hf_download.py (no server)."""
 
 import hashlib
 import json
@@ -8,7 +8,7 @@ import os
 import sys
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import hf_download as m
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.download import hf_download as m
 
 
 def test_git_blob_id_matches_git_and_huggingface_hub(tmp_path):

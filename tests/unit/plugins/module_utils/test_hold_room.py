@@ -9,7 +9,7 @@ import threading
 import time
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.hold_room import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor.hold_room import (
     HoldRoom,
     HoldRoomError,
 )

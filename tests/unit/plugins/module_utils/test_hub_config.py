@@ -9,7 +9,7 @@ LocalEntryNotFoundError(FileNotFoundError, EntryNotFoundError), GatedRepoError).
 import json
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.hub_config import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.fit.hub_config import (
     fetch_model_configs,
 )
 

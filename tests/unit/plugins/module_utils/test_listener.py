@@ -17,11 +17,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import listener
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.engine.health import (
     HttpResult,
     wait_healthy,
 )
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch import listener
 
 from unit.fake_host import FakeProc
 

@@ -17,7 +17,7 @@ import json
 from decimal import Decimal
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import model_fit as mf
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.fit import model_fit as mf
 from repo_paths import FIXTURES
 
 MODELS = FIXTURES / "models"

@@ -12,7 +12,7 @@ Expected numbers are worked out by hand in the comments.
 import json
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import model_fit as mf
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.fit import model_fit as mf
 from repo_paths import FIXTURES
 
 MODELS = FIXTURES / "models"

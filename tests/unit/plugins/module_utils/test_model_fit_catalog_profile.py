@@ -8,7 +8,7 @@ their sources are in docs/catalog-sources.md); it is test data, not the catalog.
 import copy
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import catalog_profile as cp
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.fit import catalog_profile as cp
 
 KIMI = {
     "repo_id": "moonshotai/Kimi-K2.5",

@@ -5,7 +5,7 @@
 tests/fixtures/vllm_startup_logs (sources in SOURCE.md there).
 
 Two sets: "held apart" logs were committed (commit 1efd60c) before the overhead model
-(plugins/module_utils/fit_overhead.py) and set none of its numbers; "derived from"
+(plugins/module_utils/fit/fit_overhead.py) and set none of its numbers; "derived from"
 logs (commit e2182f1) set them. One more held-apart log (GLM-5.1-FP8, sparse MLA) was
 found after the model and committed (08617c9) before the model was run on it. Each row
 is asserted within 3 %, or within the wider bound bench/fit.py names for it, with its
@@ -33,8 +33,8 @@ import subprocess
 import sys
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import fit_overhead as fo
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import model_fit as mf
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.fit import fit_overhead as fo
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.fit import model_fit as mf
 from repo_paths import FIXTURES, ROOT
 
 BENCH = ROOT / "bench" / "fit.py"

@@ -10,7 +10,7 @@ tensor parallel) are model_fit's, for multi-node layouts as for one host.
 import json
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import model_fit as mf
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.fit import model_fit as mf
 from repo_paths import FIXTURES
 
 MODELS = FIXTURES / "models"

@@ -11,7 +11,7 @@ import json
 import re
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import model_fit as mf
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.fit import model_fit as mf
 from repo_paths import FIXTURES
 
 MODELS = FIXTURES / "models"

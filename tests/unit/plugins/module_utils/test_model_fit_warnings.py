@@ -6,7 +6,7 @@ boundaries of the verdict. Expected numbers are worked out by hand in the commen
 import json
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import model_fit as mf
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.fit import model_fit as mf
 from repo_paths import FIXTURES
 
 MODELS = FIXTURES / "models"

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import models_volume as mv
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.download import models_volume as mv
 
 POSTED = Path(__file__).parents[3] / "fixtures" / "mounts" / "posted.txt"
 

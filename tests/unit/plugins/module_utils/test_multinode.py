@@ -11,7 +11,7 @@ import copy
 
 import pytest
 import yaml
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.multinode import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.fleet.multinode import (
     DEFAULT_DP_RPC_PORT,
     DEFAULT_MASTER_PORT,
     ReplicaLayoutError,

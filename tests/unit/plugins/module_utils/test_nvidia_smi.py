@@ -3,7 +3,7 @@
 """nvidia_smi parsers on the real 2x H200 capture and on hand-made edge cases."""
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import nvidia_smi as smi
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu import nvidia_smi as smi
 from repo_paths import FIXTURES
 
 GPU = FIXTURES / "gpu"

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import probe, switch_lock
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import HttpResult
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.engine.health import HttpResult
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch import switch_lock
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.watch import probe
 
 from unit.fake_host import (
     CONN_REFUSED,
@@ -275,14 +276,14 @@ def test_a_failed_restart_is_reported(files):
 def test_the_shipped_script_runs_alone_beside_health_py(files, tmp_path):
     """As the role installs it: the files its task copies (probe.py, health.py, ...) in one
     folder, no Ansible on the path."""
-    root = Path(probe.__file__).parent
+    root = Path(probe.__file__).parents[1]  # plugins/module_utils: the task's paths are below it
     folder = tmp_path / "lib"
     folder.mkdir()
     tasks = yaml.safe_load((root.parents[1] / "roles/vllm_service/tasks/probe.yml").read_text())
     shipped = next(t["loop"] for t in tasks if t["name"].startswith("Install the probe's script"))
-    assert {"probe.py", "health.py", "durable.py"} <= set(shipped)
-    for name in shipped:
-        (folder / name).write_text((root / name).read_text())
+    assert {"watch/probe.py", "engine/health.py", "common/durable.py"} <= set(shipped)
+    for path in shipped:  # one flat folder, as the task's dest (item | basename)
+        (folder / Path(path).name).write_text((root / path).read_text())
     Path(files["record"]).write_text(json.dumps({"active": None}))
     proc = subprocess.run(
         [sys.executable, "-S", str(folder / "probe.py"), "--record", files["record"],

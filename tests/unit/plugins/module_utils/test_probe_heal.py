@@ -12,7 +12,8 @@ import json
 import os
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import frontdoor, probe
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import frontdoor
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.watch import probe
 
 from unit.fake_host import FakeHost
 
@@ -287,7 +288,7 @@ def test_a_broken_record_is_not_repaired_while_a_switch_runs(where):
 
 
 def test_a_missing_record_is_still_idle():
-    from ansible_collections.vllm_fleet.fleet.plugins.module_utils import heal
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.watch import heal
 
     assert heal.read_record("/nonexistent/vllm_fleet.fact") == ({}, None)
 

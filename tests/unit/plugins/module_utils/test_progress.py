@@ -5,7 +5,7 @@
 import json
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.progress import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.common.progress import (
     download_line,
     progress_line,
 )

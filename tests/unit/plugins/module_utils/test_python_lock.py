@@ -3,7 +3,7 @@
 """python_lock reads the hash locks `make lock` writes and compares an environment with one."""
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import python_lock as pl
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.engine import python_lock as pl
 from repo_paths import ROOT
 
 CPU_LOCK = ROOT / "roles" / "vllm_install" / "files" / "locks" / "0.32.0-cpu.txt"

@@ -15,18 +15,18 @@ import os
 from pathlib import Path
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import record as record_mod
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.cutover import (
-    CutoverError,
-    Host,
-    Settings,
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.common import record as record_mod
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.fleet.replica_cutover import (
+    RankSwitch,
 )
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor.frontdoor import (
     FrontDoor,
     upstream_conf,
 )
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.replica_cutover import (
-    RankSwitch,
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch.cutover import (
+    CutoverError,
+    Host,
+    Settings,
 )
 
 from unit.fake_host import CRASH, FakeHost

@@ -20,8 +20,9 @@ import threading
 from pathlib import Path
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import probe, replica_watch
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.health import HttpResult
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.engine.health import HttpResult
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.fleet import replica_watch
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.watch import probe
 
 from unit.fake_host import VLLM_UID, FakeProc
 
@@ -141,9 +142,10 @@ def test_the_shipped_script_publishes_alone_beside_health_py(tmp_path, rank_serv
     (folder / "tiny_gqa.json").write_text(json.dumps(rank("running", "head-9")))
     lib = tmp_path / "lib"
     lib.mkdir()
-    root = Path(replica_watch.__file__).parent
-    for name in ("replica_watch.py", "health.py", "durable.py"):  # as roles/vllm_service ships them
-        (lib / name).write_text((root / name).read_text())
+    root = Path(replica_watch.__file__).parents[1]
+    # as roles/vllm_service ships them: one flat folder
+    for path in ("fleet/replica_watch.py", "engine/health.py", "common/durable.py"):
+        (lib / Path(path).name).write_text((root / path).read_text())
     out = tmp_path / "run" / "tiny_gqa.json"
     argv = [sys.executable, "-E", "-s", str(lib / "replica_watch.py"), "publish", "started",
             "--file", str(out), "--model", "tiny_gqa", "--unit", UNIT, "--role", "worker",

@@ -6,8 +6,10 @@ import json
 import os
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.hf_download import MANIFEST_NAME
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.revisions import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.download.hf_download import (
+    MANIFEST_NAME,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.download.revisions import (
     RevisionsError,
     list_revisions,
     plan_prune,

@@ -5,7 +5,7 @@
 import base64
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import roll
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.fleet import roll
 
 WHOLE = "not in this run: a replica switches whole (run it with --limit covering all its hosts)."
 SAME = "every rank must run the same."

@@ -6,7 +6,7 @@ import re
 
 import pytest
 import yaml
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.serve_args import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.engine.serve_args import (
     CACHE_ENV,
     LOAD_FORMATS,
     PRODUCT_ENV,
@@ -495,10 +495,14 @@ def test_environment_the_unit_sets_is_refused(name):
 
 
 def test_every_variable_the_unit_template_sets_is_owned():
-    """The template's own Environment= lines: each name is refused in a catalog entry's env."""
+    """The template's own Environment= lines, and the dev mode sleep_settings hands it (the
+    warm switch's): each name is refused in a catalog entry's env."""
     template = (ROOT / "roles/vllm_service/templates/vllm.service.j2").read_text()
     names = set(re.findall(r"line\('Environment', '([A-Z_][A-Z0-9_]*)[=']", template))
-    assert {"HOME", "HF_HUB_OFFLINE", "CUDA_VISIBLE_DEVICES", "VLLM_SERVER_DEV_MODE"} <= names
+    assert {"HOME", "HF_HUB_OFFLINE", "CUDA_VISIBLE_DEVICES"} <= names
+    assert "__sleep.env | dictsort" in template
+    names |= set(sleep_settings({}, "warm")["env"])
+    assert "VLLM_SERVER_DEV_MODE" in names
     assert names <= set(UNIT_ENV) | set(PRODUCT_ENV) | set(CACHE_ENV)
 
 
@@ -662,18 +666,21 @@ def test_a_profiles_switch_mode_is_checked_like_the_entrys():
 
 # --- warm switch mode (issue 35 item 1) ---------------------------------------
 
+DEV_MODE = {"VLLM_SERVER_DEV_MODE": "1"}  # vLLM's dev routes, the sleep routes among them
+
 @pytest.mark.parametrize(("entry", "fleet", "expected"), [
     ({"vllm": {"variant": "cuda"}}, "warm",
-     {"warm": True, "dev_mode": True, "sleep_mode": True, "sleep_flag": True}),
+     {"warm": True, "dev_mode": True, "env": DEV_MODE, "sleep_mode": True, "sleep_flag": True}),
     # vLLM-CPU refuses --enable-sleep-mode (vllm/config/model.py, 0.32); the dev routes stay.
     ({"vllm": {"variant": "cpu"}}, "warm",
-     {"warm": True, "dev_mode": True, "sleep_mode": True, "sleep_flag": False}),
+     {"warm": True, "dev_mode": True, "env": DEV_MODE, "sleep_mode": True,
+      "sleep_flag": False}),
     ({"vllm": {"variant": "cuda"}}, "cold",
-     {"warm": False, "dev_mode": False, "sleep_mode": False, "sleep_flag": False}),
+     {"warm": False, "dev_mode": False, "env": {}, "sleep_mode": False, "sleep_flag": False}),
     ({"vllm": {"variant": "cuda"}, "switch_mode": "warm"}, "cold",
-     {"warm": True, "dev_mode": True, "sleep_mode": True, "sleep_flag": True}),
+     {"warm": True, "dev_mode": True, "env": DEV_MODE, "sleep_mode": True, "sleep_flag": True}),
     ({"vllm": {"variant": "cuda"}, "switch_mode": "cold"}, "warm",
-     {"warm": False, "dev_mode": False, "sleep_mode": False, "sleep_flag": False}),
+     {"warm": False, "dev_mode": False, "env": {}, "sleep_mode": False, "sleep_flag": False}),
 ])
 def test_sleep_settings(entry, fleet, expected):
     assert sleep_settings(entry, fleet) == expected

@@ -16,8 +16,8 @@ import textwrap
 import time
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import switch_lock
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch_lock import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch import switch_lock
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch.switch_lock import (
     SwitchBusyError,
     in_progress,
 )

@@ -11,7 +11,7 @@ import json
 import pathlib
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.units import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch.units import (
     JournalFollower,
     StartProgress,
     Systemd,

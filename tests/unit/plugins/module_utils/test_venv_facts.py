@@ -6,8 +6,8 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.python_lock import digest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.venv_facts import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.engine.python_lock import digest
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.engine.venv_facts import (
     canonical,
     torch_cuda,
     venv_facts,

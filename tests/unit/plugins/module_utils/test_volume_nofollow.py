@@ -17,8 +17,8 @@ import threading
 import time
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import hf_download as m
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import models_volume as mv
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.download import hf_download as m
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.download import models_volume as mv
 
 VICTIM_TEXT = b"root's precious file\n"
 JOIN_S = 5.0
@@ -103,7 +103,9 @@ def test_a_lease_linked_to_dev_zero_is_refused_within_bounds(tmp_path):
     child = textwrap.dedent("""
         import resource, sys
         resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
-        from ansible_collections.vllm_fleet.fleet.plugins.module_utils import models_volume as mv
+        from ansible_collections.vllm_fleet.fleet.plugins.module_utils.download import (
+            models_volume as mv,
+        )
         try:
             mv.LeaseLock(sys.argv[1], poll_s=0.01).acquire()
         except mv.VolumeError as e:

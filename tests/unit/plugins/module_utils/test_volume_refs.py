@@ -11,8 +11,11 @@ import json
 import os
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import models_volume, volume_refs
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.revisions import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.download import (
+    models_volume,
+    volume_refs,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.download.revisions import (
     prune,
     prune_on_volume,
 )

@@ -13,8 +13,8 @@ vllm/v1/worker/utils.py (vllm-project/vllm at 0027b02769fb).
 import json
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import model_fit as mf
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import warm_switch as ws
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.fit import model_fit as mf
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch import warm_switch as ws
 from ansible_collections.vllm_fleet.fleet.plugins.modules import warm_switch_plan
 from repo_paths import ROOT
 

@@ -20,10 +20,10 @@ import math
 from decimal import ROUND_FLOOR, Decimal
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import fit_overhead as fo
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import gpu_host
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import model_fit as mf
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import warm_switch as ws
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.fit import fit_overhead as fo
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.fit import model_fit as mf
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu import gpu_host
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch import warm_switch as ws
 from repo_paths import ROOT
 
 GIB = 1024**3
@@ -334,3 +334,27 @@ def test_gpus_short_alike_are_one_reason():
     assert len(plan["reasons"]) == 1
     assert plan["reasons"][0].startswith("GPU 0-7 short by ")
     assert " GiB each: vLLM's free-memory check wants " in plan["reasons"][0]
+
+
+# -- what green's unit takes from the plan (issue 47: one value, no text round trip) -----------
+
+@pytest.mark.parametrize(("share", "catalog", "expected"), [
+    (0.8712, 0.92, {"gpu_memory_utilization": 0.8712}),  # lowered beside a sleeper
+    (0.92, 0.92, {}),  # the catalog's: the unit is as the catalog says
+    (None, 0.92, {}),  # a model on no GPU
+])
+def test_the_unit_takes_the_plans_share_only_where_it_is_not_the_catalogs(share, catalog,
+                                                                           expected):
+    assert ws.unit_serve({"share": share, "catalog_share": catalog}) == expected
+
+
+def test_the_share_of_a_model_not_sized_follows_vllms_default_once():
+    """No fit report: the entry's share, else vLLM's default (vllm_engine.gpu_share); a fit
+    report: its value, as the fit computed it."""
+    assert ws.served_model("m", {"serve": {}}, None, "warm")["gpu_memory_utilization"] == 0.9
+    assert ws.served_model("m", {"serve": {"gpu_memory_utilization": 0.8}}, None,
+                           "warm")["gpu_memory_utilization"] == 0.8
+    assert ws.served_model("m", {"serve": {"gpu_memory_utilization": 0.8}},
+                           {"gpu_memory_utilization": 0.85, "sized": True},
+                           "warm")["gpu_memory_utilization"] == 0.85
+    assert ws.recorded_model({"sizing": {}})["gpu_memory_utilization"] == 0.9

@@ -19,8 +19,8 @@ import os
 from pathlib import Path
 
 import pytest
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import fit_overhead as fo
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import warm_switch as ws
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.fit import fit_overhead as fo
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch import warm_switch as ws
 from repo_paths import ROOT
 
 GIB = 1024**3

@@ -5,7 +5,7 @@
 import json
 import sys
 
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import hf_download as mu
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.download import hf_download as mu
 from ansible_collections.vllm_fleet.fleet.plugins.modules import hf_download as module
 
 from unit.module_harness import run_module

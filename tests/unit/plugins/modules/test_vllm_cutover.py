@@ -16,10 +16,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from ansible.module_utils import basic
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import listener as listener_mod
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils import units as units_mod
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor import upstream_conf
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.record import write as write_record
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.common.record import (
+    write as write_record,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor.frontdoor import (
+    upstream_conf,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch import (
+    listener as listener_mod,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch import units as units_mod
 from ansible_collections.vllm_fleet.fleet.plugins.modules import vllm_cutover
 from ports import free_port
 from repo_paths import FIXTURES
@@ -424,7 +430,7 @@ def test_a_switch_in_progress_past_the_wait_fails_without_a_change(world):
     assert check["waited_for_switch"]["waited_s"] == 0.0
 
 
-# -- one host's phases of a replica switch (module_utils/replica_cutover.py) ---------------------
+# -- one host's phases of a replica switch (module_utils/fleet/replica_cutover.py) -----
 REPLICA_HEAD = {"group": "lab_replica", "role": "head", "node_rank": 0, "nodes": 2,
                 "head": "h1", "ranks": [{"name": "h1", "role": "head", "state_url": ""},
                                         {"name": "h2", "role": "worker", "state_url": ""}]}

@@ -5,7 +5,7 @@
 Issue 35 item 1: a warm model's record says `sleep_mode: true` (its unit has the
 sleep routes; the switch may put it to sleep); a cold model's record is what it
 was before (no key), so a re-run of a cold deployment still finds the same
-deployment (module_utils/record.py same_deployment) and changes nothing.
+deployment (module_utils/common/record.py same_deployment) and changes nothing.
 """
 
 from pathlib import Path

@@ -18,7 +18,7 @@ import jinja2
 import pytest
 import yaml
 from ansible.plugins.filter.core import FilterModule as CoreFilters
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.multinode import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.fleet.multinode import (
     replica_firewall,
     replica_node,
     replica_plan,

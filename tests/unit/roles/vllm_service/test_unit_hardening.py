@@ -30,7 +30,7 @@ import pytest
 import yaml
 from ansible.plugins.filter.core import FilterModule as CoreFilters
 from ansible_collections.vllm_fleet.fleet.plugins.filter.host_path import host_path
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.multinode import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.fleet.multinode import (
     replica_node,
     replica_plan,
 )

@@ -32,13 +32,13 @@ import subprocess
 import jinja2
 import pytest
 from ansible.errors import AnsibleFilterError
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu_host import (
-    collect_from_fixture,
-)
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.multinode import (
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.fleet.multinode import (
     ReplicaLayoutError,
     replica_node,
     replica_plan,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu.gpu_host import (
+    collect_from_fixture,
 )
 from repo_paths import FIXTURES
 from systemd_unit import VERIFY_UNIT, parsed, render_unit, tiny_gqa_entry, verify_unit, words

@@ -16,7 +16,9 @@ import jinja2
 import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.serve_args import vllm_serve_argv
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.engine.serve_args import (
+    vllm_serve_argv,
+)
 from repo_paths import FIXTURES, ROOT
 from systemd_unit import (
     VLLM,

@@ -18,7 +18,9 @@ import re
 
 import jinja2
 from ansible.errors import AnsibleFilterError
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.serve_args import vllm_serve_argv
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.engine.serve_args import (
+    vllm_serve_argv,
+)
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from systemd_unit import VLLM, exec_argv, expand_specifiers, parsed, render_unit, verify_unit, words
@@ -34,7 +36,7 @@ OPTION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 # vLLM 0.32 options and environment the product owns, and the spellings vLLM
 # reads as them (vllm/utils/argparse_utils.py: `_` is `-`, a name ends at `=`
 # or `.`; argparse's abbreviations; BooleanOptionalAction's --no-): written out
-# here apart from module_utils/serve_args.py.
+# here apart from module_utils/engine/serve_args.py.
 OWNED_FORMS = ["host", "port", "served-model-name", "model", "enable-server-load-tracking",
                "no-enable-server-load-tracking", "api-key", "enable-sleep-mode",
                "no-enable-sleep-mode", "config", "uds", "grpc-port", "allowed-local-media-path",
