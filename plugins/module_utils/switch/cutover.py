@@ -12,6 +12,10 @@ stopped and gated healthy, and the result says `rolled_back`.
 Each concern has its own module, and this one only decides the order:
   units.py      the unit's lifecycle and its health gate (systemctl, journal, ports)
   frontdoor.py  nginx's upstream, switched and confirmed; the drain of a server
+  switch_gpus.py  what the switch reads of the GPUs (free memory, foreign processes,
+                what blue keeps asleep)
+  wake.py       a sleeping model woken, gated and checked by its fingerprint, or stopped
+  fingerprint.py  what a model computes, before it sleeps and after any wake
   record.py     the deployment record
 Everything that touches the host comes in through a `Host` (a run_command,
 an HTTP request function, clocks, sleep), so pytest drives the logic.
@@ -19,7 +23,6 @@ an HTTP request function, clocks, sleep), so pytest drives the logic.
 
 import contextlib
 import json
-import math
 import os
 import time
 
@@ -34,14 +37,13 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.frontdoor.frontdo
     FrontDoorError,
     drain,
     record_metrics,
-    server_load,
 )
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu.gpu_memory import (
-    unexplained_memory,
-)
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.gpu.nvidia_smi import GpuFactsError
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch import fingerprint as prints
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch import listener
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch.switch_gpus import (
+    GpuCheckError,
+    SwitchGpus,
+)
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch.units import (
     StartProgress,
     Systemd,
@@ -50,16 +52,17 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch.units impo
     cgroup_procs,
     journal_cause,
     port_holder,
-    unit_pids,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch.wake import (
+    WakeError,
+    Waker,
+    still_running,
 )
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch.warm_switch import (
-    green_room,
     recorded_model,
     refuse_level_2,
     residual_entry,
     resolve_strategy,
-    sized_share,
-    sleep_residual_bytes,
 )
 
 STRATEGIES = ("sequential", "parallel", "auto")
@@ -162,13 +165,6 @@ class Settings:
         self.switch_marker = switch_marker
 
 
-def foreign_gpu_processes(gpu_processes, gpus, allowed_pids):
-    """Processes holding memory on any of `gpus` that are not in `allowed_pids`."""
-    wanted = {str(g) for g in gpus or []}
-    return [p for p in gpu_processes or []
-            if str(p.get("gpu_index")) in wanted and int(p.get("pid", -1)) not in allowed_pids]
-
-
 def link_target(path):
     """Where the symlink `path` points, or None (no link there)."""
     try:
@@ -189,13 +185,6 @@ def point_link(path, target):
     os.symlink(target, tmp)
     os.replace(tmp, path)
     return True
-
-
-def still_running(drain_outcome):
-    """How many requests a drain that timed out left on the model (frontdoor.drain's dict):
-    vLLM's /load count or its running and waiting gauges, whichever says more."""
-    return max(int(drain_outcome.get("in_flight") or 0),
-               int(drain_outcome.get("running") or 0) + int(drain_outcome.get("waiting") or 0))
 
 
 def revision_changed(green, link_now):
@@ -355,8 +344,16 @@ class Cutover:
         self.strategy = self.settings.strategy
         self.frontdoor = frontdoor
         self.gpu_processes = gpu_processes
+        # nvidia-smi's side of the switch (switch_gpus.py); the bounds read here, at the
+        # switch, so that a caller may change them (bench/gpu/suite.py)
+        self.gpus = SwitchGpus(host, green, self.settings, gpu_processes,
+                               confirm_s=SLEEP_CONFIRM_S, poll_s=SLEEP_POLL_S)
         self.systemd = Systemd(host.run_command)
         self.gate = health_gate(host, self.systemd, self.settings)
+        # vLLM's sleep state and the wakes (wake.py), with this module's bounds, read here
+        self.waker = Waker(host, self.systemd, self.gate, self.settings,
+                           request_s=SLEEP_REQUEST_S, confirm_s=SLEEP_CONFIRM_S,
+                           poll_s=SLEEP_POLL_S, quiet_s=FINGERPRINT_QUIET_S)
         self.phases = {}
         self.link_now = None  # where green's model link pointed when the run decided
         self.record = records.empty()
@@ -369,13 +366,10 @@ class Cutover:
         self.blue_aborted = None  # requests a sleep past the drain's deadline ended
         self.blue_overdue = 0  # of those, still running when blue's fingerprint was taken
         self.blue_fingerprint = None  # what blue computed, drained, before it slept
-        self.blue_residual = None  # {GPU: bytes} blue's processes kept once asleep
         self.green_stale = False  # green's unit runs asleep on another revision: restarted
         self.blue_stopped = False  # this switch asked blue to stop
         self.blue_asleep = False  # this switch asked blue to sleep
-        self.last_answer = None  # /is_sleeping's last answer, for an error
         self.blue_exiting = False  # blue's stop was asked with --no-block and may still run
-        self.failed_wakes = []  # units stopped because their wake failed (_stop_failed_wake)
 
     # -- pieces ------------------------------------------------------------
     def _timed(self, name, func, *args):
@@ -398,29 +392,16 @@ class Cutover:
         except UnitError as exc:
             raise _cutover_error(exc) from None
 
-    def _snapshot(self):
-        probe = self.gpu_processes
+    @property
+    def blue_residual(self):
+        """{GPU: bytes} blue's processes kept once asleep (measured after its sleep)."""
+        return self.gpus.residual
+
+    def _gpu_check(self, func, *args):
         try:
-            snap = probe() if callable(probe) else probe
-        except GpuFactsError as exc:
-            raise CutoverError(f"nvidia-smi could not be read before the switch: {exc}") from None
-        if isinstance(snap, list):
-            return {"gpus": None, "processes": snap}
-        return snap or {"gpus": None, "processes": []}
-
-    def _check_memory(self, snap):
-        """Memory on green's GPUs that no visible process holds: inside an LXC container,
-        another container's (or the host's) processes are not listed, yet hold memory."""
-        if snap.get("gpus") is None or not self.green.get("gpus"):
-            return
-        found = unexplained_memory(snap, self.green["gpus"],
-                                   self.settings.unexplained_memory_bytes)
-        if found:
-            raise CutoverError(f"green {self.green['model']} cannot start: "
-                               + "; ".join(f["msg"] for f in found))
-
-    def _check_memory_now(self):
-        self._check_memory(self._snapshot())
+            return func(*args)
+        except GpuCheckError as exc:
+            raise _cutover_error(exc) from None
 
     def _refuse_level_2(self, blue):
         """Level 2 as asked (a run whose tags skipped the plan): refused where a run or report
@@ -432,27 +413,12 @@ class Cutover:
 
     def _preflight(self, blue):
         self._refuse_level_2(blue)
-        if self.green.get("gpus") and self.gpu_processes is not None:
-            snap = self._snapshot()
-            procs = snap.get("processes")
-            # Sequential: blue still holds the GPUs now; they are checked once it stopped.
-            if not (blue and self.strategy == "sequential"):
-                self._check_memory(snap)
-            if procs:
-                allowed = unit_pids(blue["unit"], self.host.run_command,
-                                    self.host.cgroup_root) if blue else set()
-                allowed |= unit_pids(self.green["unit"], self.host.run_command,
-                                     self.host.cgroup_root)
-                for sleeper in self.sleepers:  # models asleep keep a residual on their GPUs
-                    allowed |= unit_pids(sleeper["unit"], self.host.run_command,
-                                         self.host.cgroup_root)
-                foreign = foreign_gpu_processes(procs, self.green["gpus"], allowed)
-                if foreign:
-                    held = ", ".join(f"pid {p['pid']} holds {p.get('used_memory_bytes', '?')} "
-                                     f"bytes on GPU {p['gpu_index']}" for p in foreign)
-                    raise CutoverError(f"green {self.green['model']} cannot start: processes "
-                                       f"that belong to no model service hold memory on its "
-                                       f"GPUs ({held})")
+        # The model services' own processes (models asleep keep a residual on their GPUs);
+        # sequential: blue still holds the GPUs now, they are checked once it stopped.
+        units = ([blue["unit"]] if blue else []) + [self.green["unit"]] + [
+            sleeper["unit"] for sleeper in self.sleepers]
+        self._gpu_check(self.gpus.check_before, units,
+                        bool(blue) and self.strategy == "sequential")
         state = self._show(self.green["unit"])
         if state.get("LoadState") != "loaded":
             raise CutoverError(f"green unit {self.green['unit']} is not installed "
@@ -691,8 +657,8 @@ class Cutover:
                 down_since = self._hold(blue)
                 self._timed("drain_blue", self._drain, blue, result, "blue_drain")
                 self._put_blue_aside(blue, same, result)
-                if self.green.get("gpus") and self.gpu_processes is not None:
-                    self._timed("gpu_memory", self._check_memory_now)
+                if self.gpus.read:
+                    self._timed("gpu_memory", self._gpu_check, self.gpus.check_free)
                 if self.frontdoor is not None:
                     # Behind the hold, so opening it once green passes reloads nothing.
                     self._timed("frontdoor", self.frontdoor.stage, self.green["port"],
@@ -892,7 +858,7 @@ class Cutover:
             if not pids:  # blue's whole unit has stopped: the memory check has the word
                 self.blue_exiting = False
                 return False
-            if not pids - {main} and not self._gpus_held(pids | before):
+            if not pids - {main} and not self._gpu_check(self.gpus.held_by, pids | before):
                 return True
             if self.host.clock() - asked >= RELEASE_STATE_S:
                 asked = self.host.clock()
@@ -909,20 +875,6 @@ class Cutover:
                     self.blue_exiting = False
                     return False
             self.host.sleep(RELEASE_POLL_S)
-
-    def _gpus_held(self, pids):
-        """Whether green's GPUs are still held by blue's `pids`: nvidia-smi lists one of them
-        there, or memory there is in use that no listed process explains (inside an LXC
-        container blue's own processes are not listed). False without GPUs to read."""
-        if not (pids and self.green.get("gpus") and self.gpu_processes is not None):
-            return False
-        snap = self._snapshot()
-        wanted = {str(g) for g in self.green["gpus"]}
-        if any(str(p.get("gpu_index")) in wanted and int(p.get("pid", -1)) in pids
-               for p in snap.get("processes") or []):
-            return True
-        return snap.get("gpus") is not None and bool(unexplained_memory(
-            snap, self.green["gpus"], self.settings.unexplained_memory_bytes))
 
     def _rollback(self, blue, blue_stopped, result, blue_asleep=False):
         # A green that woke is stopped too, not put back to sleep: its wake or its gate
@@ -1010,7 +962,7 @@ class Cutover:
                                    f"{gate['stage']}: {gate['detail']}")
             drain(blue["url"], self.settings.drain_timeout, request=self.host.request,
                   clock=self.host.clock, sleep=self.host.sleep, pending=self._pending())
-        self._confirm_released(blue)
+        self._gpu_check(self.gpus.confirm_released, blue, self.green_asleep)
         return round(self.host.clock() - start, 2)
 
     def _stop_unslept(self, blue):
@@ -1022,187 +974,34 @@ class Cutover:
         self._act("stop", blue["unit"])
 
     def _queued(self, svc):
-        """Requests vLLM's /load counts on a sleeping server (0 when it has no /load)."""
-        got = self.host.request("GET", svc["url"] + engine.LOAD, None, 5.0)
-        return (server_load(got.body) or 0) if got.status == HTTP_OK else 0
+        return self.waker.queued(svc)
 
     def _is_sleeping(self, svc):
-        """GET /is_sleeping: True, False, or None (no answer that says)."""
-        got = self.host.request("GET", svc["url"] + engine.IS_SLEEPING, None, 10.0)
-        self.last_answer = f"{got.status} {got.body[:200]}" if got.status else got.error
-        if got.status == HTTP_OK:
-            with contextlib.suppress(ValueError, AttributeError):
-                said = json.loads(got.body).get("is_sleeping")
-                return said if isinstance(said, bool) else None
-        return None
+        return self.waker.is_sleeping(svc)
 
     def _confirm_sleeping(self, svc, wanted, role):
-        """Poll GET /is_sleeping until it says `wanted`, for at most SLEEP_CONFIRM_S."""
-        asked = self.host.clock()
-        while True:
-            said = self._is_sleeping(svc)
-            if said is wanted:
-                return
-            if self.host.clock() - asked >= SLEEP_CONFIRM_S:
-                raise CutoverError(
-                    f"{role} {svc['model']} {'did not go to sleep' if wanted else 'did not wake'}"
-                    f": GET /is_sleeping answered {self.last_answer} after {SLEEP_CONFIRM_S:g} s "
-                    f"(wanted is_sleeping {str(wanted).lower()})")
-            self.host.sleep(SLEEP_POLL_S)
+        try:
+            self.waker.confirm_sleeping(svc, wanted, role)
+        except WakeError as exc:
+            raise _cutover_error(exc) from None
 
-    def _sleeper_bytes(self, snap, gpu, pids):
-        """What blue holds on `gpu`: its processes' memory as nvidia-smi lists it, else (none
-        listed: inside a container) the GPU's used memory less the other processes'."""
-        procs = [p for p in snap.get("processes") or [] if str(p.get("gpu_index")) == str(gpu)]
-        own = [p for p in procs if int(p.get("pid", -1)) in pids]
-        if own:
-            return sum(p.get("used_memory_bytes") or 0 for p in own)
-        card = next((g for g in snap.get("gpus") or [] if str(g.get("index")) == str(gpu)), {})
-        return (card.get("memory_used_bytes") or 0) - sum(p.get("used_memory_bytes") or 0
-                                                          for p in procs)
-
-    def _confirm_released(self, blue):
-        """Where nvidia-smi is read: blue's sleep leaves green the memory it needs. On each GPU
-        green shares with blue, vLLM's startup check at green's share (the plan's, its record
-        sizing) must pass: what green will need against what is free, polled for
-        SLEEP_CONFIRM_S while blue's memory settles. A green whose share is not known: each of
-        blue's GPUs down to the sleeper's residual. What blue keeps asleep is measured and
-        kept (blue_residual), for the record and the next plan."""
-        gpus = blue.get("gpus") or []
-        if not gpus or self.gpu_processes is None:
-            return
-        share = sized_share(self.green)
-        shared = [g for g in gpus if g in (self.green.get("gpus") or [])] if share else []
-        bound = self.settings.sleep_residual_bytes or sleep_residual_bytes(len(gpus))[0]
-        pids = unit_pids(blue["unit"], self.host.run_command, self.host.cgroup_root)
-        green_pids = (unit_pids(self.green["unit"], self.host.run_command, self.host.cgroup_root)
-                      if self.green_asleep else set())
-        asked = self.host.clock()
-        while True:
-            snap = self._snapshot()
-            if snap.get("gpus") is None:
-                return
-            held = {g: self._sleeper_bytes(snap, g, pids) for g in gpus}
-            self.blue_residual = held
-            if share:
-                failed = self._green_short(snap, shared, share, green_pids)
-            else:
-                failed = [f"GPU {g} {b} bytes" for g, b in sorted(held.items()) if b > bound]
-            if not failed:
-                return
-            if self.host.clock() - asked >= SLEEP_CONFIRM_S:
-                raise CutoverError(
-                    (f"blue {blue['model']} sleeps but green {self.green['model']} would not "
-                     f"start at its share {share} after {SLEEP_CONFIRM_S:g} s (blue keeps "
-                     + ", ".join(f"GPU {g} {b} bytes" for g, b in sorted(held.items()))
-                     + "): " if share else
-                     f"blue {blue['model']} sleeps but still holds more than its residual of "
-                     f"{bound} bytes per GPU after {SLEEP_CONFIRM_S:g} s: ") + ", ".join(failed))
-            self.host.sleep(SLEEP_POLL_S)
-
-    def _green_short(self, snap, gpus, share, green_pids):
-        """vLLM's startup check for green at `share` on each of `gpus` now: the GPUs where it
-        would fail, each with what is free and what the share asks."""
-        short = []
-        for gpu in gpus:
-            card = next((c for c in snap.get("gpus") or [] if str(c.get("index")) == str(gpu)),
-                        None)
-            if card is None:
-                continue
-            own = self._sleeper_bytes(snap, gpu, green_pids) if green_pids else 0
-            room = green_room(card, share, own)
-            if room["short_bytes"]:
-                short.append(f"GPU {gpu} has {room['free_bytes']} bytes free, its share asks "
-                             f"{room['requested_bytes']}")
-        return short
+    @property
+    def failed_wakes(self):
+        """Units stopped because their wake failed (wake.Waker's list)."""
+        return self.waker.failed_wakes
 
     def _wake(self, svc, level, role, fingerprint=None):
-        """Wake `svc` (its unit runs, asleep at `level`) and gate it; a wake that fails (a
-        step's error or timeout, the gate after it) leaves no live process: its unit is
-        stopped (_stop_failed_wake). Returns (the gate's outcome, the wake's seconds)."""
+        """Wake `svc` and gate it (wake.Waker.wake): a wake that fails leaves no live
+        process. Blue stopped so is no longer asleep: a rollback starts it again.
+        Returns (the gate's outcome, the wake's seconds)."""
+        before = len(self.failed_wakes)
         try:
-            gate, woke_s = self._wake_and_gate(svc, level, role, fingerprint)
-        except CutoverError as exc:
-            raise CutoverError(exc.msg + self._stop_failed_wake(svc, level, role, exc.msg),
-                               **exc.fields) from None
-        if not gate["ok"]:
-            said = self._stop_failed_wake(svc, level, role, f"its gate failed at "
-                                          f"{gate['stage']}: {gate['detail']}")
-            gate = dict(gate, detail=gate["detail"] + said)
-        return gate, woke_s
-
-    def _stop_failed_wake(self, svc, level, role, why):
-        """Stop a unit whose wake failed (issue 44 case 4: on the GPU a level-2 reload beside a
-        sleeper ran out of memory at wake_up?tags=kv_cache and the process stayed alive,
-        never answering): it is not left running, awake or not. Its entry goes into
-        `failed_wakes` (the result's); returns what the message adds."""
-        stopped = self.systemd.try_act("stop", svc["unit"])
-        self.failed_wakes.append({"model": svc["model"], "unit": svc["unit"], "role": role,
-                                  "level": level, "why": why, "stopped": stopped})
-        if role == "blue" and stopped:  # not asleep any more: a rollback starts it again
-            self.blue_asleep, self.blue_stopped = False, True
-        return ("; its unit was stopped (a failed wake leaves no live process)" if stopped else
-                f"; its unit could NOT be stopped (systemctl stop {svc['unit']} failed): its "
-                f"process may still hold the GPUs")
-
-    def _wake_and_gate(self, svc, level, role, fingerprint=None):
-        """Wake `svc`, confirm it is awake, then its health gate on the running unit: no
-        start, and its main process must be the one that slept (and compute what it did)."""
-        unit = svc["unit"]
-        main_before = int(self._show(unit).get("MainPID") or 0)
-        start = self.host.clock()
-        # A sleep that failed (or never came) left it awake: its gate alone says whether it
-        # serves. Only one that says it sleeps gets the wake requests.
-        try:
-            steps = engine.wake_steps(level) if self._is_sleeping(svc) is not False else ()
-        except ValueError as exc:  # a record that says another level than vLLM has
-            raise CutoverError(f"{role} {svc['model']} cannot be woken: {exc}") from None
-        for method, path, payload in steps:
-            timeout = (float(svc.get("startup_timeout_s") or SLEEP_REQUEST_S)
-                       if path == engine.COLLECTIVE_RPC else SLEEP_REQUEST_S)
-            got = self.host.request(method, svc["url"] + path, payload, timeout)
-            if got.status != HTTP_OK:
-                raise CutoverError(f"{role} {svc['model']} did not wake: {method} {path} "
-                                   f"answered {got.status or got.error} "
-                                   f"{got.body[:200]}".rstrip())
-        self._confirm_sleeping(svc, False, role)
-        woke_s = round(self.host.clock() - start, 2)
-        try:
-            baseline = self.gate.baseline(svc)
-            gate = self.gate.watch(svc, baseline, self.host.wall(), role, since=self.host.clock())
-        except UnitError as exc:
+            return self.waker.wake(svc, level, role, fingerprint)
+        except WakeError as exc:
             raise _cutover_error(exc) from None
-        main_after = int(self._show(unit).get("MainPID") or 0)
-        if gate["ok"] and main_after != main_before:
-            gate = dict(gate, ok=False, stage="process",
-                        detail=f"{unit}'s main process changed from {main_before} to "
-                               f"{main_after} while it woke: it was restarted, not woken")
-        if gate["ok"]:
-            gate = self._check_fingerprint(svc, gate, fingerprint)
-        return gate, woke_s
-
-    def _check_fingerprint(self, svc, gate, fingerprint):
-        """A woken model must compute what it computed before it slept (issue 44, case 1):
-        the same greedy token ids, logprobs within prints.LOGPROB_TOLERANCE. A model that
-        slept without one, or whose fingerprint cannot be taken now, is not trusted."""
-        if not fingerprint:
-            return dict(gate, ok=False, stage="fingerprint",
-                        detail="no fingerprint was taken before it slept: its wake cannot "
-                               "be checked")
-        quiet = drain(svc["url"], min(FINGERPRINT_QUIET_S, self.settings.drain_timeout),
-                      request=self.host.request, clock=self.host.clock, sleep=self.host.sleep,
-                      quiet_reads=1)
-        try:
-            now = prints.take(svc["url"], svc["served_model_name"], self.host.request)
-        except prints.FingerprintError as exc:
-            return dict(gate, ok=False, stage="fingerprint", detail=exc.msg)
-        beside = (fingerprint.get("beside") or 0) if quiet["drained"] else still_running(quiet)
-        why = prints.differs(fingerprint, now, math.inf if beside else prints.LOGPROB_TOLERANCE)
-        if why:
-            return dict(gate, ok=False, stage="fingerprint", detail=why)
-        if beside:  # one of the two answered beside other requests: its token ids alone
-            return dict(gate, fingerprint="matched", fingerprint_beside=beside)
-        return dict(gate, fingerprint="matched")
+        finally:
+            if any(w["role"] == "blue" and w["stopped"] for w in self.failed_wakes[before:]):
+                self.blue_asleep, self.blue_stopped = False, True
 
     def _wake_green(self, result):
         """Green sleeps from an earlier switch: it wakes at the level it fell asleep at."""

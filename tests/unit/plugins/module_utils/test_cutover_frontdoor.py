@@ -26,10 +26,16 @@ from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch.cutover im
     CutoverError,
     Host,
     Settings,
-    cgroup_procs,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch.switch_gpus import (
     foreign_gpu_processes,
-    resolve_strategy,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch.units import (
+    cgroup_procs,
     unit_pids,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch.warm_switch import (
+    resolve_strategy,
 )
 
 from unit.fake_host import CRASH, FakeHost

@@ -842,7 +842,7 @@ def test_a_cold_switch_opens_no_room(tmp_path, port):
     ({"drained": False, "running": 1, "waiting": 2, "in_flight": None}, 3),
 ])
 def test_what_a_drain_left_running_is_the_larger_count(outcome, wanted):
-    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch.cutover import (
+    from ansible_collections.vllm_fleet.fleet.plugins.module_utils.switch.wake import (
         still_running,
     )
 
