@@ -101,7 +101,7 @@ MAX_MODEL_LEN = 4096
 # vLLM's routes, as the product spells them (engine/vllm_engine.py).
 SLEEP_1 = vllm_engine.sleep_path(1, vllm_engine.SLEEP_MODE_WAIT)
 SLEEP_2 = vllm_engine.sleep_path(2, vllm_engine.SLEEP_MODE_WAIT)
-((_, WAKE_1, _),) = vllm_engine.wake_steps(1)
+WAKE_1 = vllm_engine.wake_steps(1)[0][1]  # level 1: one POST
 STARTUP_TIMEOUT_S = 400
 LEVEL2_RELOAD_TIMEOUT_S = 120
 # The product's post-sleep check polls for SLEEP_CONFIRM_S (30 s) before it fails; here

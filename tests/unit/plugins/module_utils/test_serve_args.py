@@ -668,6 +668,7 @@ def test_a_profiles_switch_mode_is_checked_like_the_entrys():
 
 DEV_MODE = {"VLLM_SERVER_DEV_MODE": "1"}  # vLLM's dev routes, the sleep routes among them
 
+
 @pytest.mark.parametrize(("entry", "fleet", "expected"), [
     ({"vllm": {"variant": "cuda"}}, "warm",
      {"warm": True, "dev_mode": True, "env": DEV_MODE, "sleep_mode": True, "sleep_flag": True}),

@@ -343,8 +343,7 @@ def test_gpus_short_alike_are_one_reason():
     (0.92, 0.92, {}),  # the catalog's: the unit is as the catalog says
     (None, 0.92, {}),  # a model on no GPU
 ])
-def test_the_unit_takes_the_plans_share_only_where_it_is_not_the_catalogs(share, catalog,
-                                                                           expected):
+def test_the_unit_takes_the_plans_share_only_where_not_the_catalogs(share, catalog, expected):
     assert ws.unit_serve({"share": share, "catalog_share": catalog}) == expected
 
 
