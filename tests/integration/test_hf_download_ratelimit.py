@@ -20,7 +20,9 @@ import pytest
 pytest.importorskip("huggingface_hub")
 
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.common.progress import progress_line
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.download import hf_download
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.download import (
+    hub_calls,
+)
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.download.hf_download import (
     PARTIAL_DIR,
     DownloadError,
@@ -81,7 +83,7 @@ def test_a_file_429_with_the_reset_is_waited_out_without_spending_a_retry(
     r = download(SMALL, local, retries=0, sleep=fake.sleep, clock=fake.clock,
                  progress_file=str(progress), progress_interval=3600)
     assert sum(fake.sleeps) == 82  # (40 + 1) twice
-    assert max(fake.sleeps) <= hf_download.RATE_LIMIT_SLICE_S
+    assert max(fake.sleeps) <= hub_calls.RATE_LIMIT_SLICE_S
     assert r["rate_limit_waited_seconds"] == 82.0
     assert r["retries_used"] == 0
     assert _fired(hub, "rate_limit_file") == 2

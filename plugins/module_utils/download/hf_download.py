@@ -58,7 +58,6 @@ from __future__ import absolute_import, division, print_function
 
 import concurrent.futures
 import contextlib
-import email.utils
 import errno
 import fcntl
 import hashlib
@@ -74,10 +73,19 @@ import threading
 import time
 
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.common import durable
-from ansible_collections.vllm_fleet.fleet.plugins.module_utils.common.errors import FieldsError
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.download import (
     disk_space,
     models_volume,
+)
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.download.hub_calls import (
+    RATE_LIMIT_MARGIN_S,
+    DownloadError,
+    HubMissingError,
+    HubRetry,
+    RetryableError,
+    _first_line,
+    _is_transient,
+    _status_of,
 )
 
 MANIFEST_NAME = ".vllm-fleet-manifest.json"
@@ -93,81 +101,6 @@ SNAPSHOTS_DIR = "snapshots"
 MANIFEST_LIMIT = 16 * 1024 * 1024
 _SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 _CONTENT_RANGE_RE = re.compile(r"^bytes\s+(\d+)-(\d+)/(\d+)$")
-
-
-class DownloadError(FieldsError):
-    """A failure with a one-line message meant for fail_json(msg=...); `details` is its fields."""
-
-    @property
-    def details(self):
-        """The fields under the name the download's callers have used."""
-        return self.fields
-
-
-class HubMissingError(DownloadError):
-    """huggingface_hub cannot be imported (a host before its tools virtualenv exists)."""
-
-
-class RetryableError(Exception):
-    """A transient failure (5xx, connection) worth retrying."""
-
-
-class RateLimitReset(object):
-    """What a 429 said about the Hub's rate-limit window: seconds to its reset and the header."""
-
-    __slots__ = ("header", "seconds")
-
-    def __init__(self, seconds, header):
-        self.seconds = seconds
-        self.header = header
-
-
-RATE_LIMITED = 429
-# huggingface_hub's http_backoff sleeps the reset + 1 s "to avoid rounding issues"
-# (huggingface_hub/utils/_http.py, _http_backoff_base); the same margin here.
-RATE_LIMIT_MARGIN_S = 1
-# The longest single sleep while waiting for a reset: a run cancelled by another file's
-# failure stops waiting within this.
-RATE_LIMIT_SLICE_S = 5.0
-
-
-def _header(headers, name):
-    """The value of a header by its lower-case name (httpx gives names lower-cased), or None."""
-    for key in headers or {}:
-        if key.lower() == name:
-            return headers[key]
-    return None
-
-
-def rate_limit_reset(headers, parse=None, now=None):
-    """The reset a 429's headers announce, as a RateLimitReset, or None when they give none.
-
-    First the IETF RateLimit header the Hub sends (draft-ietf-httpapi-ratelimit-headers,
-    ``"api";r=0;t=55``: no request remains, the window resets in 55 s), read by `parse`
-    (huggingface_hub.utils.parse_ratelimit_headers) and taken, as huggingface_hub's
-    http_backoff takes it, only when it says no request remains; then Retry-After, in
-    seconds or as an HTTP date (RFC 9110, 10.2.3), which http_backoff does not read.
-    """
-    headers = headers or {}
-    if parse is not None:
-        info = parse(headers)
-        if info is not None and info.remaining == 0:
-            return RateLimitReset(
-                max(int(info.reset_in_seconds), 0), "RateLimit: %s" % _header(headers, "ratelimit")
-            )
-    value = (_header(headers, "retry-after") or "").strip()
-    if not value:
-        return None
-    if value.isdigit():
-        return RateLimitReset(int(value), "Retry-After: %s" % value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when is None or when.tzinfo is None:
-        return None
-    now = time.time() if now is None else now
-    return RateLimitReset(max(round(when.timestamp() - now), 0), "Retry-After: %s" % value)
 
 
 def unsafe_repo_path(path):
@@ -641,38 +574,6 @@ def import_hub(hub_venv=None):
     return huggingface_hub
 
 
-def _first_line(exc):
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-
-
-def _status_of(exc):
-    response = getattr(exc, "response", None)
-    return getattr(response, "status_code", None)
-
-
-def _is_transient(hub, exc):
-    """5xx / 408 / 429 answers and connection-level errors are worth another try."""
-    if isinstance(exc, RetryableError):
-        return True
-    if isinstance(exc, hub.errors.HfHubHTTPError):
-        status = _status_of(exc)
-        return status is None or status >= 500 or status in (408, 429)  # noqa: PLR2004
-    transport = getattr(_httpx(), "TransportError", None)
-    if transport and isinstance(exc, transport):
-        return True
-    return isinstance(exc, (ConnectionError, TimeoutError, EOFError))
-
-
-def _httpx():
-    """The HTTP library behind huggingface_hub's session (httpx2 in 2.x, httpx in 1.x)."""
-    for name in ("httpx2", "httpx"):
-        try:
-            return __import__(name)
-        except ImportError:
-            continue
-    return None
-
-
 HTTP_UNAUTHORIZED = 401
 
 
@@ -755,6 +656,199 @@ MODULE_RENAMED = {"retry_backoff": "backoff", "size_hint_bytes": "size_hint"}
 MODULE_ONLY = ("token", "token_file")
 
 
+class RangeFetch(object):
+    """The transfer of one file of a download: a GET of the bytes its partial still lacks
+    (HTTP Range), hashed as they stream, the server's sizes checked before a byte is
+    written, a failure retried by `retry` (hub_calls.HubRetry) or said in one line.
+    `hub` is huggingface_hub (its URLs, headers, errors); `local_dir` the model folder
+    (for messages), `kept_in` where the partials stay; `cancel` ends it when another file
+    failed. Where the file goes once it is verified is the downloader's (HfDownloader)."""
+
+    def __init__(self, hub, repo_id, *, endpoint, token, timeout, local_dir, kept_in, cancel,
+                 retry):
+        self.hub = hub
+        self.repo_id = repo_id
+        self.endpoint = endpoint
+        self.token = token
+        self.timeout = timeout
+        self.local_dir = local_dir
+        self.kept_in = kept_in
+        self.cancel = cancel
+        self.retry = retry
+
+    def url(self, sha, rf):
+        kwargs = {"revision": sha}
+        if self.endpoint:
+            kwargs["endpoint"] = self.endpoint
+        return self.hub.hf_hub_url(self.repo_id, rf.path, **kwargs)
+
+    def headers(self):
+        headers = self.hub.utils.build_hf_headers(token=self.token, library_name="vllm-fleet")
+        headers["Accept-Encoding"] = "identity"
+        return headers
+
+    def _prime_hasher(self, part, rf):
+        """Hash the resumed prefix once, so the whole file is hashed as it streams."""
+        have = lsize(part)  # a link's own size: its target is never read (open_partial refuses it)
+        if have > rf.size or (have and not stat.S_ISREG(os.lstat(part).st_mode)):
+            os.remove(part)
+            have = 0
+        h = new_hasher(rf.algorithm, rf.size)
+        if have:
+            fd = models_volume.open_nofollow(part, os.O_RDONLY, one_link=False)
+            with os.fdopen(fd, "rb") as f:
+                remaining = have
+                while remaining:
+                    chunk = f.read(min(CHUNK, remaining))
+                    if not chunk:
+                        break
+                    h.update(chunk)
+                    remaining -= len(chunk)
+        return h, have
+
+    def _stream_once(self, session, url, headers, part, rf, progress, state):
+        """One GET of the missing bytes into the partial; returns bytes written."""
+        h, have = state["hasher"], state["have"]
+        req_headers = dict(headers)
+        if have:
+            req_headers["Range"] = "bytes=%d-" % have
+        written = 0
+        with session.stream("GET", url, headers=req_headers, timeout=self.timeout) as resp:
+            if resp.status_code == 416:  # noqa: PLR2004 - partial longer than the file
+                raise RetryableError("range not satisfiable for %s" % rf.path)
+            if resp.status_code >= 400:  # noqa: PLR2004
+                resp.read()
+                self.hub.utils.hf_raise_for_status(resp)
+            mode = "ab"
+            if have and resp.status_code != 206:  # noqa: PLR2004 - server ignored Range
+                # A 200 carries the file from byte 0: appending it to the partial would
+                # put the first `have` bytes twice. Start the partial again.
+                h, have = new_hasher(rf.algorithm, rf.size), 0
+                progress.add(-state["have"])
+                mode = "wb"
+            self.check_announced_size(resp, rf, have)
+            state["hasher"], state["have"] = h, have
+            with open_partial(part, append=mode == "ab") as out:
+                for chunk in resp.iter_bytes(CHUNK):
+                    if self.cancel.is_set():
+                        raise DownloadError("cancelled")
+                    if have + len(chunk) > rf.size:
+                        out.close()
+                        os.remove(part)
+                        raise DownloadError(
+                            "%s: the Hub lists %d bytes, the server sent at least %d (no "
+                            "Content-Length); the partial was removed and nothing is kept"
+                            % (rf.path, rf.size, have + len(chunk))
+                        )
+                    out.write(chunk)
+                    h.update(chunk)
+                    have += len(chunk)
+                    written += len(chunk)
+                    state["have"] = have
+                    state["written"] += len(chunk)
+                    progress.add(len(chunk))
+                out.flush()
+                os.fsync(out.fileno())
+        if have < rf.size:
+            raise RetryableError(
+                "%s: connection ended at %d of %d bytes" % (rf.path, have, rf.size)
+            )
+        return written
+
+    @staticmethod
+    def check_announced_size(resp, rf, have):
+        """Fail before writing a byte when the answer's headers give the file another size.
+
+        `have` is where the body must start in the file: the partial's length for a 206, 0
+        for a 200. The size the server gives is Content-Range's total (206) or Content-Length
+        (200, when the body is not content-encoded); it must be the size the Hub lists. A 206
+        may carry less than was asked (RFC 9110, 14.4), so only its total is compared.
+        """
+        found, how = None, None
+        if resp.status_code == 206:  # noqa: PLR2004
+            header = resp.headers.get("Content-Range", "").strip()
+            content_range = _CONTENT_RANGE_RE.match(header)
+            if content_range and int(content_range.group(1)) != have:
+                raise DownloadError(
+                    "%s: asked for the bytes from %d, the server sent a range from %s "
+                    "(Content-Range %s); nothing of this answer was written"
+                    % (rf.path, have, content_range.group(1), header)
+                )
+            if content_range and int(content_range.group(3)) != rf.size:
+                found, how = int(content_range.group(3)), "Content-Range %s" % header
+        else:
+            length = resp.headers.get("Content-Length", "").strip()
+            encoding = resp.headers.get("Content-Encoding", "identity").strip().lower()
+            if encoding in ("", "identity") and length.isdigit() and int(length) != rf.size:
+                found, how = int(length), "Content-Length"
+        if found is not None:
+            raise DownloadError(
+                "%s: the Hub lists %d bytes, the server sends %d (%s); nothing of this "
+                "answer was written" % (rf.path, rf.size, found, how),
+                size_listed=rf.size,
+                size_found=found,
+            )
+
+    def fetch(self, session, sha, rf, progress, part):
+        """Fetch rf into its partial `part` (resuming); returns (bytes written, actual hash,
+        part). `progress` (the job's Progress) counts the bytes, the retries and the waits."""
+        if self.cancel.is_set():
+            raise DownloadError("cancelled")
+        os.makedirs(os.path.dirname(part), exist_ok=True)
+        url = self.url(sha, rf)
+        headers = self.headers()
+        h, have = self._prime_hasher(part, rf)
+        progress.add(have)
+        state = {"hasher": h, "have": have, "written": 0}
+        attempt = 0
+        while state["have"] < rf.size or (rf.size == 0 and not os.path.exists(part)):
+            before = state["have"]
+            try:
+                self._stream_once(session, url, headers, part, rf, progress, state)
+            except DownloadError:
+                raise
+            except Exception as e:
+                if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise DownloadError(
+                        "no space left on device writing %s under %s after %d of %d bytes; "
+                        "partial files are kept in %s for the next run to resume"
+                        % (rf.path, self.local_dir, state["have"], rf.size, self.kept_in),
+                        enospc=True,
+                    ) from e
+                if isinstance(e, RetryableError) and "range not satisfiable" in str(e):
+                    with contextlib.suppress(OSError):
+                        os.remove(part)
+                    progress.add(-state["have"])
+                    state["hasher"], state["have"] = new_hasher(rf.algorithm, rf.size), 0
+                hub_error = isinstance(e, self.hub.errors.HfHubHTTPError)
+                if isinstance(e, OSError) and not hub_error and not _is_transient(self.hub, e):
+                    raise DownloadError("%s: cannot write %s: %s" % (rf.path, part, e)) from e
+                if not _is_transient(self.hub, e):
+                    raise DownloadError(
+                        describe_hub_error(self.hub, e, self.repo_id, sha, self.endpoint)
+                        + " (file %s)" % rf.path
+                    ) from e
+                attempt = self._retry_or_fail(rf, e, attempt, before, state, progress)
+        return state["written"], state["hasher"].hexdigest(), part
+
+    def _retry_or_fail(self, rf, exc, attempt, before, state, progress):
+        """Progress since the last try resets the count; otherwise back off or give up.
+
+        A 429 with the Hub's reset is waited out instead, spending no retry.
+        """
+        if self.retry.wait_rate_limit(exc, rf.path, self.hub, progress):
+            return attempt
+        if state["have"] > before:
+            return 0
+        if attempt >= self.retry.retries:
+            raise DownloadError(
+                "%s: giving up after %d retries with backoff: %s"
+                % (rf.path, self.retry.retries, _first_line(exc))
+            ) from exc
+        self.retry.spend(attempt, rf.path, progress)
+        return attempt + 1
+
+
 class HfDownloader(object):
     """One repo into one local_dir. Call run(); it returns the module's result dict."""
 
@@ -833,8 +927,6 @@ class HfDownloader(object):
         self.reverify = reverify
         self.max_workers = max(1, int(max_workers or 1))
         self.retries = max(0, int(retries))
-        self.backoff = backoff
-        self.backoff_max = backoff_max
         self.progress_file = progress_file
         self.progress_interval = progress_interval
         self.margin_bytes = int(margin_bytes)
@@ -843,77 +935,24 @@ class HfDownloader(object):
         self.sleep = sleep
         self.clock = clock
         self.rate_limit_wait_max = max(0.0, float(rate_limit_wait_max))
-        self.rate_limit_waited = 0.0
-        self._rate_limited_until = None
         self.hub_venv = hub_venv
         self.size_hint = None if size_hint is None else int(size_hint)
         self.hub = None
         self.progress = None
         self.cancel = threading.Event()
-        self.retries_used = 0
-        self._retry_lock = threading.Lock()
+        # Whether and when a failed call to the Hub is tried again (hub_calls.py).
+        self.retry = HubRetry(retries=self.retries, backoff=backoff, backoff_max=backoff_max,
+                              rate_limit_wait_max=self.rate_limit_wait_max, sleep=sleep,
+                              clock=clock, cancel=self.cancel,
+                              budget_message=self._rate_limit_msg)
 
-    # -- retry policy -------------------------------------------------------
-    def _backoff(self, attempt):
-        return min(self.backoff * (2**attempt), self.backoff_max)
+    @property
+    def retries_used(self):
+        return self.retry.retries_used
 
-    def _with_retries(self, fn):
-        attempt = 0
-        while True:
-            try:
-                return fn()
-            except DownloadError:
-                raise
-            except Exception as e:
-                if self._wait_rate_limit(e, None):
-                    continue  # the Hub's reset waited out: no retry spent
-                if not _is_transient(self.hub, e) or attempt >= self.retries:
-                    raise
-                with self._retry_lock:
-                    self.retries_used += 1
-                self.sleep(self._backoff(attempt))
-                attempt += 1
-
-    def _wait_rate_limit(self, exc, path):
-        """On a 429 that names its reset, wait it out (+1 s) and return True.
-
-        False for anything else (a 429 without a reset header is backed off like a 5xx).
-        The waits are counted on the wall clock, a wait that overlaps another file's counted
-        once; one that would take the total beyond rate_limit_wait_max fails at once.
-        """
-        if _status_of(exc) != RATE_LIMITED:
-            return False
-        response = getattr(exc, "response", None)
-        parse = getattr(getattr(self.hub, "utils", None), "parse_ratelimit_headers", None)
-        reset = rate_limit_reset(getattr(response, "headers", None), parse)
-        if reset is None:
-            return False
-        wait = float(reset.seconds + RATE_LIMIT_MARGIN_S)
-        with self._retry_lock:
-            now = self.clock()
-            until = now + wait
-            since = max(now, self._rate_limited_until or now)
-            total = self.rate_limit_waited + max(until - since, 0.0)
-            if total > self.rate_limit_wait_max:
-                raise DownloadError(
-                    self._rate_limit_msg(path, reset, total), rate_limit=reset.header,
-                    rate_limit_reset_seconds=reset.seconds,
-                    rate_limit_waited_seconds=round(self.rate_limit_waited, 1),
-                ) from exc
-            self.rate_limit_waited = total
-            self._rate_limited_until = max(until, self._rate_limited_until or until)
-        if self.progress is not None:
-            self.progress.note_rate_limit(path, wait, reset, total)
-        left = wait
-        while left > 0 and not self.cancel.is_set():
-            step = min(left, RATE_LIMIT_SLICE_S)
-            self.sleep(step)
-            left -= step
-        if self.progress is not None:
-            self.progress.rate_limit_over(path)
-        if self.cancel.is_set():
-            raise DownloadError("cancelled")
-        return True
+    @property
+    def rate_limit_waited(self):
+        return self.retry.rate_limit_waited
 
     def _rate_limit_msg(self, path, reset, total):
         where = "%s of %s" % (path, self.repo_id) if path else "the Hub API for %s" % self.repo_id
@@ -941,6 +980,8 @@ class HfDownloader(object):
             )
         )
 
+
+
     # -- metadata -------------------------------------------------------------
     def _api(self):
         return self.hub.HfApi(endpoint=self.endpoint, token=self.token)
@@ -950,13 +991,14 @@ class HfDownloader(object):
         api = self._api()
         started = time.monotonic()
         try:
-            info = self._with_retries(lambda: api.model_info(self.repo_id, revision=self.revision))
+            info = self.retry.call(
+                lambda: api.model_info(self.repo_id, revision=self.revision), self.hub)
             sha = info.sha or ""
             entries = []
             if _SHA_RE.match(sha):
-                entries = self._with_retries(
+                entries = self.retry.call(
                     lambda: list(api.list_repo_tree(self.repo_id, recursive=True, revision=sha)),
-                )
+                    self.hub)
         except DownloadError:
             raise
         except Exception as e:
@@ -1010,194 +1052,20 @@ class HfDownloader(object):
         return os.path.join(home, "hub", "models--" + self.repo_id.replace("/", "--"))
 
     # -- the transfer -----------------------------------------------------------
-    def _url(self, sha, rf):
-        kwargs = {"revision": sha}
-        if self.endpoint:
-            kwargs["endpoint"] = self.endpoint
-        return self.hub.hf_hub_url(self.repo_id, rf.path, **kwargs)
-
-    def _headers(self):
-        headers = self.hub.utils.build_hf_headers(token=self.token, library_name="vllm-fleet")
-        headers["Accept-Encoding"] = "identity"
-        return headers
-
-    def _prime_hasher(self, part, rf):
-        """Hash the resumed prefix once, so the whole file is hashed as it streams."""
-        have = lsize(part)  # a link's own size: its target is never read (open_partial refuses it)
-        if have > rf.size or (have and not stat.S_ISREG(os.lstat(part).st_mode)):
-            os.remove(part)
-            have = 0
-        h = new_hasher(rf.algorithm, rf.size)
-        if have:
-            fd = models_volume.open_nofollow(part, os.O_RDONLY, one_link=False)
-            with os.fdopen(fd, "rb") as f:
-                remaining = have
-                while remaining:
-                    chunk = f.read(min(CHUNK, remaining))
-                    if not chunk:
-                        break
-                    h.update(chunk)
-                    remaining -= len(chunk)
-        return h, have
-
-    def _stream_once(self, session, url, headers, part, rf, progress, state):
-        """One GET of the missing bytes into the partial; returns bytes written."""
-        h, have = state["hasher"], state["have"]
-        req_headers = dict(headers)
-        if have:
-            req_headers["Range"] = "bytes=%d-" % have
-        written = 0
-        with session.stream("GET", url, headers=req_headers, timeout=self.timeout) as resp:
-            if resp.status_code == 416:  # noqa: PLR2004 - partial longer than the file
-                raise RetryableError("range not satisfiable for %s" % rf.path)
-            if resp.status_code >= 400:  # noqa: PLR2004
-                resp.read()
-                self.hub.utils.hf_raise_for_status(resp)
-            mode = "ab"
-            if have and resp.status_code != 206:  # noqa: PLR2004 - server ignored Range
-                # A 200 carries the file from byte 0: appending it to the partial would
-                # put the first `have` bytes twice. Start the partial again.
-                h, have = new_hasher(rf.algorithm, rf.size), 0
-                progress.add(-state["have"])
-                mode = "wb"
-            self._check_announced_size(resp, rf, have)
-            state["hasher"], state["have"] = h, have
-            with open_partial(part, append=mode == "ab") as out:
-                for chunk in resp.iter_bytes(CHUNK):
-                    if self.cancel.is_set():
-                        raise DownloadError("cancelled")
-                    if have + len(chunk) > rf.size:
-                        out.close()
-                        os.remove(part)
-                        raise DownloadError(
-                            "%s: the Hub lists %d bytes, the server sent at least %d (no "
-                            "Content-Length); the partial was removed and nothing is kept"
-                            % (rf.path, rf.size, have + len(chunk))
-                        )
-                    out.write(chunk)
-                    h.update(chunk)
-                    have += len(chunk)
-                    written += len(chunk)
-                    state["have"] = have
-                    state["written"] += len(chunk)
-                    progress.add(len(chunk))
-                out.flush()
-                os.fsync(out.fileno())
-        if have < rf.size:
-            raise RetryableError(
-                "%s: connection ended at %d of %d bytes" % (rf.path, have, rf.size)
-            )
-        return written
-
-    @staticmethod
-    def _check_announced_size(resp, rf, have):
-        """Fail before writing a byte when the answer's headers give the file another size.
-
-        `have` is where the body must start in the file: the partial's length for a 206, 0
-        for a 200. The size the server gives is Content-Range's total (206) or Content-Length
-        (200, when the body is not content-encoded); it must be the size the Hub lists. A 206
-        may carry less than was asked (RFC 9110, 14.4), so only its total is compared.
-        """
-        found, how = None, None
-        if resp.status_code == 206:  # noqa: PLR2004
-            header = resp.headers.get("Content-Range", "").strip()
-            content_range = _CONTENT_RANGE_RE.match(header)
-            if content_range and int(content_range.group(1)) != have:
-                raise DownloadError(
-                    "%s: asked for the bytes from %d, the server sent a range from %s "
-                    "(Content-Range %s); nothing of this answer was written"
-                    % (rf.path, have, content_range.group(1), header)
-                )
-            if content_range and int(content_range.group(3)) != rf.size:
-                found, how = int(content_range.group(3)), "Content-Range %s" % header
-        else:
-            length = resp.headers.get("Content-Length", "").strip()
-            encoding = resp.headers.get("Content-Encoding", "identity").strip().lower()
-            if encoding in ("", "identity") and length.isdigit() and int(length) != rf.size:
-                found, how = int(length), "Content-Length"
-        if found is not None:
-            raise DownloadError(
-                "%s: the Hub lists %d bytes, the server sends %d (%s); nothing of this "
-                "answer was written" % (rf.path, rf.size, found, how),
-                size_listed=rf.size,
-                size_found=found,
-            )
-
-    def _fetch_to_partial(self, session, sha, rf, progress):
-        """Fetch rf into its partial (resuming); returns (bytes written, actual hash)."""
-        if self.cancel.is_set():
-            raise DownloadError("cancelled")
-        part = partial_path(self.local_dir, rf)
-        os.makedirs(os.path.dirname(part), exist_ok=True)
-        url = self._url(sha, rf)
-        headers = self._headers()
-        h, have = self._prime_hasher(part, rf)
-        progress.add(have)
-        state = {"hasher": h, "have": have, "written": 0}
-        attempt = 0
-        while state["have"] < rf.size or (rf.size == 0 and not os.path.exists(part)):
-            before = state["have"]
-            try:
-                self._stream_once(session, url, headers, part, rf, progress, state)
-            except DownloadError:
-                raise
-            except Exception as e:
-                if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
-                    raise DownloadError(
-                        "no space left on device writing %s under %s after %d of %d bytes; "
-                        "partial files are kept in %s for the next run to resume"
-                        % (
-                            rf.path,
-                            self.local_dir,
-                            state["have"],
-                            rf.size,
-                            os.path.join(self.local_dir, PARTIAL_DIR),
-                        ),
-                        enospc=True,
-                    ) from e
-                if isinstance(e, RetryableError) and "range not satisfiable" in str(e):
-                    with contextlib.suppress(OSError):
-                        os.remove(part)
-                    progress.add(-state["have"])
-                    state["hasher"], state["have"] = new_hasher(rf.algorithm, rf.size), 0
-                hub_error = isinstance(e, self.hub.errors.HfHubHTTPError)
-                if isinstance(e, OSError) and not hub_error and not _is_transient(self.hub, e):
-                    raise DownloadError("%s: cannot write %s: %s" % (rf.path, part, e)) from e
-                if not _is_transient(self.hub, e):
-                    raise DownloadError(
-                        describe_hub_error(self.hub, e, self.repo_id, sha, self.endpoint)
-                        + " (file %s)" % rf.path
-                    ) from e
-                attempt = self._retry_or_fail(rf, e, attempt, before, state)
-        return state["written"], state["hasher"].hexdigest(), part
-
-    def _retry_or_fail(self, rf, exc, attempt, before, state):
-        """Progress since the last try resets the count; otherwise back off or give up.
-
-        A 429 with the Hub's reset is waited out instead, spending no retry.
-        """
-        if self._wait_rate_limit(exc, rf.path):
-            return attempt
-        if state["have"] > before:
-            return 0
-        if attempt >= self.retries:
-            raise DownloadError(
-                "%s: giving up after %d retries with backoff: %s"
-                % (rf.path, self.retries, _first_line(exc))
-            ) from exc
-        with self._retry_lock:
-            self.retries_used += 1
-        if self.progress is not None:
-            self.progress.note_retry(rf.path)
-        self.sleep(self._backoff(attempt))
-        return attempt + 1
+    def _fetcher(self):
+        """One file's transfer (RangeFetch), through the Hub this run imported."""
+        return RangeFetch(self.hub, self.repo_id, endpoint=self.endpoint, token=self.token,
+                          timeout=self.timeout, local_dir=self.local_dir,
+                          kept_in=os.path.join(self.local_dir, PARTIAL_DIR), cancel=self.cancel,
+                          retry=self.retry)
 
     def _fetch_verified(self, session, sha, rf, progress):
         """Fetch, verify, rename into place; one refetch on mismatch. Returns (bytes, refetched)."""
         dest = os.path.join(self.local_dir, rf.path)
         total_written = 0
         for attempt in range(2):
-            written, actual, part = self._fetch_to_partial(session, sha, rf, progress)
+            written, actual, part = self._fetcher().fetch(session, sha, rf, progress,
+                                                           partial_path(self.local_dir, rf))
             total_written += written
             got = file_size(part)
             if actual == rf.expected and got == rf.size:

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.download import hf_download as m
+from ansible_collections.vllm_fleet.fleet.plugins.module_utils.download import hub_calls
 
 
 def test_git_blob_id_matches_git_and_huggingface_hub(tmp_path):
@@ -152,7 +153,7 @@ SHARD = m.RemoteFile("model.safetensors", 1000, "b" * 40, "c" * 64)
 )
 def test_announced_size_that_fits_the_listing_passes(answer):
     have = 400 if answer.status_code == 206 else 0
-    assert m.HfDownloader._check_announced_size(answer, SHARD, have) is None
+    assert m.RangeFetch.check_announced_size(answer, SHARD, have) is None
 
 
 @pytest.mark.parametrize(
@@ -195,7 +196,7 @@ def test_announced_size_that_fits_the_listing_passes(answer):
 )
 def test_announced_size_against_the_listing_fails_naming_the_file_and_sizes(answer, have, msg):
     with pytest.raises(m.DownloadError) as exc:
-        m.HfDownloader._check_announced_size(answer, SHARD, have)
+        m.RangeFetch.check_announced_size(answer, SHARD, have)
     assert exc.value.msg == msg
 
 
@@ -211,42 +212,43 @@ def _parser():
 def test_rate_limit_reset_from_the_hubs_ratelimit_headers():
     headers = {"RateLimit": '"api";r=0;t=55',
                "RateLimit-Policy": '"fixed window";"api";q=500;w=300'}
-    reset = m.rate_limit_reset(headers, _parser())
+    reset = hub_calls.rate_limit_reset(headers, _parser())
     assert (reset.seconds, reset.header) == (55, 'RateLimit: "api";r=0;t=55')
     # httpx hands the names lower-cased; the header is named the same
     lower = {k.lower(): v for k, v in headers.items()}
-    assert m.rate_limit_reset(lower, _parser()).header == 'RateLimit: "api";r=0;t=55'
+    assert hub_calls.rate_limit_reset(lower, _parser()).header == 'RateLimit: "api";r=0;t=55'
 
 
 def test_rate_limit_reset_takes_ratelimit_over_retry_after_and_only_when_none_remains():
     both = {"ratelimit": '"resolvers";r=0;t=120', "retry-after": "7"}
-    assert m.rate_limit_reset(both, _parser()).seconds == 120
+    assert hub_calls.rate_limit_reset(both, _parser()).seconds == 120
     # requests remain: huggingface_hub's http_backoff then reads Retry-After, so do we
     left = {"ratelimit": '"resolvers";r=3;t=120', "retry-after": "7"}
-    assert m.rate_limit_reset(left, _parser()).header == "Retry-After: 7"
-    assert m.rate_limit_reset({"ratelimit": '"resolvers";r=3;t=120'}, _parser()) is None
+    assert hub_calls.rate_limit_reset(left, _parser()).header == "Retry-After: 7"
+    assert hub_calls.rate_limit_reset({"ratelimit": '"resolvers";r=3;t=120'}, _parser()) is None
 
 
 def test_rate_limit_reset_from_retry_after_seconds_and_http_date():
-    assert m.rate_limit_reset({"Retry-After": "30"}, _parser()).seconds == 30
+    assert hub_calls.rate_limit_reset({"Retry-After": "30"}, _parser()).seconds == 30
     # RFC 9110's own example date; `now` 90 s before it
     now = 784111777 - 90
-    reset = m.rate_limit_reset({"Retry-After": "Sun, 06 Nov 1994 08:49:37 GMT"}, None, now=now)
+    reset = hub_calls.rate_limit_reset({"Retry-After": "Sun, 06 Nov 1994 08:49:37 GMT"}, None,
+                                       now=now)
     assert (reset.seconds, reset.header) == (90, "Retry-After: Sun, 06 Nov 1994 08:49:37 GMT")
-    past = m.rate_limit_reset({"Retry-After": "Sun, 06 Nov 1994 08:49:37 GMT"}, None,
+    past = hub_calls.rate_limit_reset({"Retry-After": "Sun, 06 Nov 1994 08:49:37 GMT"}, None,
                               now=now + 1000)
     assert past.seconds == 0
 
 
 def test_rate_limit_reset_none_without_a_usable_header_or_parser():
-    assert m.rate_limit_reset({}, _parser()) is None
-    assert m.rate_limit_reset(None, _parser()) is None
-    assert m.rate_limit_reset({"Retry-After": "soon"}, _parser()) is None
-    assert m.rate_limit_reset({"X-Error-Message": "Too many requests"}, _parser()) is None
+    assert hub_calls.rate_limit_reset({}, _parser()) is None
+    assert hub_calls.rate_limit_reset(None, _parser()) is None
+    assert hub_calls.rate_limit_reset({"Retry-After": "soon"}, _parser()) is None
+    assert hub_calls.rate_limit_reset({"X-Error-Message": "Too many requests"}, _parser()) is None
     # no parser (an older huggingface_hub): RateLimit is not read, Retry-After still is
-    assert m.rate_limit_reset({"ratelimit": '"api";r=0;t=55'}, None) is None
+    assert hub_calls.rate_limit_reset({"ratelimit": '"api";r=0;t=55'}, None) is None
     both = {"ratelimit": '"api";r=0;t=55', "retry-after": "9"}
-    assert m.rate_limit_reset(both, None).seconds == 9
+    assert hub_calls.rate_limit_reset(both, None).seconds == 9
 
 
 class _Resp(object):
@@ -269,20 +271,20 @@ def test_parallel_waits_for_one_window_count_once_and_the_bound_holds(tmp_path):
                        rate_limit_wait_max=100)
     d.hub = type("Hub", (), {"utils": hub_utils})
     t55 = _Http429Error({"ratelimit": '"resolvers";r=0;t=55'})
-    assert d._wait_rate_limit(t55, "a")
-    assert d._wait_rate_limit(t55, "b")  # the same window, same instant
+    assert d.retry.wait_rate_limit(t55, "a", d.hub)
+    assert d.retry.wait_rate_limit(t55, "b", d.hub)  # the same window, same instant
     assert d.rate_limit_waited == 56.0
     assert sum(sleeps) == 112  # each file sleeps its own wait
     # a later reset extends the window by 44 s: 100 in all, within the bound
-    assert d._wait_rate_limit(_Http429Error({"retry-after": "99"}), "c")
+    assert d.retry.wait_rate_limit(_Http429Error({"retry-after": "99"}), "c", d.hub)
     assert d.rate_limit_waited == 100.0
     with pytest.raises(m.DownloadError) as exc:
-        d._wait_rate_limit(_Http429Error({"retry-after": "100"}), "d")
+        d.retry.wait_rate_limit(_Http429Error({"retry-after": "100"}), "d", d.hub)
     assert "would take the time waited for rate limits to 101 s" in exc.value.msg
-    assert not d._wait_rate_limit(_Http429Error({}), "e")  # no reset: backoff
+    assert not d.retry.wait_rate_limit(_Http429Error({}), "e", d.hub)  # no reset: backoff
     other = _Http429Error({"retry-after": "5"})
     other.response.status_code = 503
-    assert not d._wait_rate_limit(other, "f")  # only a 429 is a rate limit
+    assert not d.retry.wait_rate_limit(other, "f", d.hub)  # only a 429 is a rate limit
 
 
 def test_a_bound_of_zero_never_waits(tmp_path):
@@ -291,15 +293,16 @@ def test_a_bound_of_zero_never_waits(tmp_path):
     d = m.HfDownloader("o/x", str(tmp_path), sleep=sleeps.append, rate_limit_wait_max=0)
     d.hub = type("Hub", (), {"utils": hub_utils})
     with pytest.raises(m.DownloadError) as exc:
-        d._wait_rate_limit(_Http429Error({"retry-after": "0"}), "a")
+        d.retry.wait_rate_limit(_Http429Error({"retry-after": "0"}), "a", d.hub)
     assert "beyond rate_limit_wait_max 0 s" in exc.value.msg
     assert sleeps == []
 
 
 def test_progress_shows_the_wait_that_ends_last_until_every_wait_is_over():
     p = m.Progress(None, 10, repo_id="o/x", revision="a" * 40, total=10, done=0, files_total=2)
-    p.note_rate_limit("a", 56.0, m.RateLimitReset(55, 'RateLimit: "resolvers";r=0;t=55'), 56.0)
-    p.note_rate_limit("b", 121.0, m.RateLimitReset(120, "Retry-After: 120"), 121.0)
+    reset = hub_calls.RateLimitReset(55, 'RateLimit: "resolvers";r=0;t=55')
+    p.note_rate_limit("a", 56.0, reset, 56.0)
+    p.note_rate_limit("b", 121.0, hub_calls.RateLimitReset(120, "Retry-After: 120"), 121.0)
     snap = p.snapshot()
     assert snap["rate_limited"]["file"] == "b"
     assert snap["rate_limited"]["header"] == "Retry-After: 120"

@@ -39,7 +39,7 @@ def test_result_is_passed_through_and_diff_dropped_without_diff_mode(monkeypatch
     seen = {}
 
     def fake_run(self):
-        seen.update(check=self.check_mode, workers=self.max_workers, backoff=self.backoff)
+        seen.update(check=self.check_mode, workers=self.max_workers, backoff=self.retry.backoff)
         return {"changed": True, "revision": "a" * 40, "bytes_to_download": 7, "diff": {}}
 
     monkeypatch.setattr(mu.HfDownloader, "run", fake_run)
@@ -130,6 +130,7 @@ def test_from_module_passes_each_value_on(monkeypatch, tmp_path):
 
     def fake_run(self):
         seen.update(vars(self))
+        seen.update(backoff=self.retry.backoff, backoff_max=self.retry.backoff_max)
         return {"changed": False}
 
     monkeypatch.setattr(mu.HfDownloader, "run", fake_run)
