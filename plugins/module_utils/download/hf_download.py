@@ -980,8 +980,6 @@ class HfDownloader(object):
             )
         )
 
-
-
     # -- metadata -------------------------------------------------------------
     def _api(self):
         return self.hub.HfApi(endpoint=self.endpoint, token=self.token)
@@ -1064,8 +1062,8 @@ class HfDownloader(object):
         dest = os.path.join(self.local_dir, rf.path)
         total_written = 0
         for attempt in range(2):
-            written, actual, part = self._fetcher().fetch(session, sha, rf, progress,
-                                                           partial_path(self.local_dir, rf))
+            part = partial_path(self.local_dir, rf)
+            written, actual, part = self._fetcher().fetch(session, sha, rf, progress, part)
             total_written += written
             got = file_size(part)
             if actual == rf.expected and got == rf.size:

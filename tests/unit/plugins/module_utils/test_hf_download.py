@@ -236,7 +236,7 @@ def test_rate_limit_reset_from_retry_after_seconds_and_http_date():
                                        now=now)
     assert (reset.seconds, reset.header) == (90, "Retry-After: Sun, 06 Nov 1994 08:49:37 GMT")
     past = hub_calls.rate_limit_reset({"Retry-After": "Sun, 06 Nov 1994 08:49:37 GMT"}, None,
-                              now=now + 1000)
+                                      now=now + 1000)
     assert past.seconds == 0
 
 
