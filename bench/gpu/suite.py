@@ -53,6 +53,7 @@ import procs  # noqa: E402
 import shapes  # noqa: E402
 import table  # noqa: E402
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.engine import (  # noqa: E402
+    serve_args,
     vllm_engine,
 )
 from ansible_collections.vllm_fleet.fleet.plugins.module_utils.engine.health import (  # noqa: E402
@@ -91,8 +92,8 @@ class SessionProc(listener.ProcFs):
 # rule), no FlashInfer sampler (not installed: gpu-notes), vLLM's dev routes (sleep/wake).
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
             "NVSHMEM_DISABLE_NVLS": "1", "VLLM_USE_FLASHINFER_SAMPLER": "0",
-            "VLLM_SERVER_DEV_MODE": "1", "PYTHONUNBUFFERED": "1",
-            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+            "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+            **dict([serve_args.DEV_MODE_ENV])}
 PROMPT = "The quick brown fox jumps over the lazy dog. Tensor parallel splits"
 FINGERPRINT_TOKENS = 24
 # The share a catalog entry serves at when it names none: vLLM's default, as the product has it.
@@ -172,7 +173,7 @@ class Suite:
         argv = [*(shlex.split(self.args.server) if self.args.server else
                   [sys.executable, "-m", "vllm.entrypoints.cli.main"]), "serve", info["path"],
                 "--served-model-name", shape, "--port", str(self.port),
-                "--gpu-memory-utilization", str(share), "--enable-sleep-mode",
+                "--gpu-memory-utilization", str(share), serve_args.SLEEP_MODE,
                 "--max-model-len", str(MAX_MODEL_LEN), "--max-num-seqs", "64",
                 "--tensor-parallel-size", "1", "--dtype", "bfloat16"]
         env = dict(os.environ, **SAFE_ENV)
