@@ -20,10 +20,12 @@ one's output goes to .lab/molecule-<scenario>.log and is printed whole when
 its stage ends, so a CI log reads as if they had run one after another.
 
 Budgets (minutes per scenario, on 2 cores) are in molecule/budgets.yml; a
-scenario without one has no limit. `total` is the wall time of all stages.
-The table goes to stdout and to .lab/molecule-times.txt. Every scenario runs
-even after one fails, so a CI log shows them all; the exit status is 1 if any
-failed or ran over its budget.
+scenario without one has none. `total` is the wall time of all stages.
+The table goes to stdout and to .lab/molecule-times.txt, a scenario past its
+budget marked OVER BUDGET: a finding, not a failure (make test asserts
+correctness; the same commit ran 30-35 % slower on one day's machine than on
+another's, and CI's own limit bounds the run). Every scenario runs even after
+one fails, so a CI log shows them all; the exit status is 1 if any failed.
 
 Every scenario's output is also kept in .lab/molecule-<scenario>.log, and
 after the table each failed scenario's failed tasks (the task, its host and
@@ -203,8 +205,12 @@ def report(rows, wall, budgets):
         excerpt = failure_excerpt(log_of(name).read_text(errors="replace"))
         print(f"\n== why molecule test -s {name} failed (whole output: .lab/molecule-{name}.log)\n"
               f"{excerpt or 'no failed task found in its output; see the log'}", flush=True)
-    if failed or over:
-        print(f"FAILED: {failed}  over budget: {over}", file=sys.stderr)
+    if over:
+        # A speed figure, never a failure: the same commit's scenarios ran 30-35 % slower
+        # on one day's machine than on another's, and CI's own limit bounds the whole run.
+        print(f"over budget (a finding to trim, not a failure): {over}", flush=True)
+    if failed:
+        print(f"FAILED: {failed}", file=sys.stderr)
         return 1
     return 0
 
