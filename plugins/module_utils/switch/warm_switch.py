@@ -745,16 +745,14 @@ def recorded_model(entry):
     replica = entry.get("replica") or {}
     weights = sizing.get("weights_bytes_per_gpu")
     return {
+        **_recorded_sizes(entry, sizing, gpus, weights),
         "name": entry.get("model"), "unit": entry.get("unit"),
         "repo_id": entry.get("repo_id"), "revision": entry.get("revision"),
         "switch_mode": "warm" if entry.get("sleep_mode") else "cold",
         "nodes": int(replica.get("nodes") or len(replica.get("members") or ()) or 2)
         if replica else 1,
         "gpus": gpus, "gpus_needed": int(sizing.get("gpus_needed") or len(gpus)),
-        "tensor_parallel_size": int(sizing.get("tensor_parallel_size") or max(1, len(gpus))),
         "pipeline_parallel_size": 1,
-        "gpu_memory_utilization": gpu_share(sizing),
-        "weights_bytes_per_gpu": 0 if not gpus else weights,
         "sized": not gpus or weights not in (None, ""),
         "mla": bool(sizing.get("mla")),
         "architecture": sizing.get("architecture"),
@@ -787,15 +785,35 @@ def record_sizing(green, share):
             "speculative": green.get("speculative"), "quantization": green.get("quantization")}
 
 
+def _recorded_sizes(entry, sizing, gpus, weights):
+    """The numbers of a record entry's sizing recorded_model() reads; a value that is not a
+    number is a WarmSwitchError naming the entry and the field, not a traceback."""
+    try:
+        return {
+            "tensor_parallel_size": int(sizing.get("tensor_parallel_size") or max(1, len(gpus))),
+            "gpu_memory_utilization": gpu_share(sizing),
+            "weights_bytes_per_gpu": 0 if not gpus else weights,
+        }
+    except (TypeError, ValueError) as exc:
+        raise WarmSwitchError(
+            f"the deployment record's entry for {entry.get('model')!r} has a sizing that is "
+            f"not numbers ({exc}): {sizing!r}; a run of site.yml for that model writes it "
+            f"again") from None
+
+
 def _kept_share(green, entry):
     """The share a running model keeps (its unit unchanged) while its catalog share is the
     one it started from; None when the record does not say."""
     sizing = (entry or {}).get("sizing") or {}
     if sizing.get("gpu_memory_utilization") in (None, ""):
         return None
-    if float(sizing.get("catalog_gpu_memory_utilization") or -1) != green["gpu_memory_utilization"]:
-        return None
-    return float(sizing["gpu_memory_utilization"])
+    try:
+        catalog_share = float(sizing.get("catalog_gpu_memory_utilization") or -1)
+        if catalog_share != green["gpu_memory_utilization"]:
+            return None
+        return float(sizing["gpu_memory_utilization"])
+    except (TypeError, ValueError):
+        return None  # recorded_model() of the same entry names what is wrong with it
 
 
 # -- which models may sleep at level 2 ---------------------------------------------------

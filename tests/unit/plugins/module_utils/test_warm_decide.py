@@ -556,3 +556,29 @@ def test_the_vllm_version_comes_from_the_catalog_entry_and_the_record():
         "0.26.0", "0.32.0", "0.33.0", None, "0.33.0-dev1"]
     assert ws.recorded_model(_recorded("minimax_m25"))["quantization"] == "fp8"
     assert ws.quantization_method({}) is None
+
+
+@pytest.mark.parametrize("where", ["active", "sleeping"])
+def test_a_record_whose_share_is_not_a_number_is_refused_by_name_not_a_traceback(tmp_path,
+                                                                                 where):
+    """A record edited by hand (or by another tool) with a share that is not a number: the
+    plan fails naming the entry and the field, before any change (it raised ValueError
+    from float() before)."""
+    entry = _recorded("minimax_m25")
+    entry["sizing"]["gpu_memory_utilization"] = "ninety"
+    record = ({"active": entry} if where == "active"
+              else {"active": _recorded("kimi_k25_int4"), "sleeping": [dict(entry, level=1)]})
+    state = tmp_path / "vllm_fleet.fact"
+    state.write_text(json.dumps(dict(record, previous=None, history=[])))
+    params = {"model": "kimi_k25_int4" if where == "active" else "minimax_m25",
+              "unit": "vllm-x.service", "entry": ENTRIES["kimi_k25_int4"],
+              "fit": FITS["kimi_k25_int4"], "fit_args": FIT_ARGS["kimi_k25_int4"],
+              "revision": None, "state_file": str(state), "gpu_facts": None,
+              "gpu_profile": RTX, "switch_mode": "warm", "sleep_level": "auto",
+              "warm_standby_max": 1, "strategy": "sequential", "sleep_residual_bytes": None,
+              "host_reserve_bytes": ws.DEFAULT_HOST_RESERVE_BYTES}
+    with pytest.raises(ws.WarmSwitchError) as raised:
+        warm_switch_plan.plan(params, None, Meminfo(512 * GIB))
+    assert str(raised.value).startswith(
+        "the deployment record's entry for 'minimax_m25' has a sizing that is not numbers "
+        "(gpu_memory_utilization must be a number in (0, 1], got 'ninety'): {")
