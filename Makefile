@@ -7,7 +7,7 @@ export ANSIBLE_FORCE_COLOR ?= 0
 export PY_COLORS ?= 0
 
 LAB_INVENTORY := inventory/lab
-MOLECULE_SCENARIOS ?= default,nvidia_driver_host,nvidia_driver_container cutover fleet+multinode
+MOLECULE_SCENARIOS ?= default,nvidia_driver_host,nvidia_driver_container,cutover fleet+multinode
 
 .PHONY: help setup lock lock-upgrade lab demo status test lint sanity unit collection-test molecule bench bench-deploy bench-cutover bench-fleet bench-balancers bench-hostile bench-fit bench-warm-paper bench-gpu lab-down clean
 

@@ -75,11 +75,11 @@ def test_a_lone_lane_shows_the_output_as_it_comes_and_keeps_it(tmp_path, monkeyp
     assert capsys.readouterr().out == "one\ntwo\n"
 
 
-def test_the_makefile_runs_the_driver_scenarios_beside_default():
+def test_the_makefile_runs_the_driver_scenarios_and_cutover_beside_default():
     makefile = (ROOT / "Makefile").read_text()
     line = next(text for text in makefile.splitlines() if text.startswith("MOLECULE_SCENARIOS"))
     assert [sorted(stage.split(",")) for stage in line.split("=", 1)[1].split()] == [
-        ["default", "nvidia_driver_container", "nvidia_driver_host"], ["cutover"],
+        ["cutover", "default", "nvidia_driver_container", "nvidia_driver_host"],
         ["fleet+multinode"]]
 
 
