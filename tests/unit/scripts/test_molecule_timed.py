@@ -171,8 +171,8 @@ def test_molecule_runs_without_colours_whatever_the_terminal(tmp_path, monkeypat
     assert (tmp_path / "out.log").read_text() == "0 1\n"
 
 
-def test_a_scenario_past_its_budget_is_marked_and_does_not_fail_the_run(tmp_path, monkeypatch,
-                                                                       capsys):
+def test_a_scenario_past_its_budget_is_marked_and_does_not_fail_the_run(
+        tmp_path, monkeypatch, capsys):
     """A speed figure, never a failure (CI-B, 91bb1b9: default 25.6 and cutover 29.9 minutes
     against budgets of 24, every scenario passing, on a machine 30-35 % slower that day)."""
     monkeypatch.setattr(molecule_timed, "LOGS", tmp_path)
