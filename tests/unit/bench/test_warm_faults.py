@@ -149,3 +149,54 @@ def test_green_put_back_to_sleep_is_a_miss(monkeypatch):
         WRONG_WEIGHTS_RESULT["failed_wakes"][0], stopped=False)])
     assert wrong_weights(monkeypatch, 2, slept, "tiny_mla") == [
         f"failed_wakes is {slept['failed_wakes']}"]
+
+
+class Lengths(BaseHTTPRequestHandler):
+    """A model's own port whose first `full` streams run to their length, then one is cut
+    (the drain's deadline), as blue's are around a switch."""
+
+    full = 2
+    served = 0
+
+    def log_message(self, *_args):
+        pass
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        Lengths.served += 1
+        reason = "length" if Lengths.served <= Lengths.full else "abort"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        self.wfile.write((CHUNK + CHUNK.replace('"finish_reason":null',
+                                                f'"finish_reason":"{reason}"')
+                          + "data: [DONE]\n\n").encode())
+        self.wfile.flush()
+
+
+def test_streams_follow_each_other_until_the_drain_cuts_one():
+    """CI-G of 90f92f5: the one 480-token stream ended by its length 1.2 s into blue's 1 s
+    drain, before the deadline could abort it; a stream must be running then, whatever the
+    switch took before its drain."""
+    Lengths.served = 0
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Lengths)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    seen = {}
+    try:
+        warm_faults.streams_until_cut(f"http://127.0.0.1:{server.server_address[1]}",
+                                      "tiny-mla", 480, seen, threading.Event())
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert (seen["streams"], seen["finish_reason"], seen["chunks"], seen["done"]) == (
+        3, "abort", 2, True)
+
+
+def test_streams_stop_after_the_switch_ended_even_if_none_was_cut(model_url):
+    Model.body = CHUNK.replace('"finish_reason":null', '"finish_reason":"length"') \
+        + "data: [DONE]\n\n"
+    stop = threading.Event()
+    stop.set()
+    seen = {}
+    warm_faults.streams_until_cut(model_url, "tiny-mla", 480, seen, stop)
+    assert (seen["streams"], seen["finish_reason"]) == (1, "length")
